@@ -1,0 +1,3 @@
+module github.com/gosrp/gosrp
+
+go 1.26

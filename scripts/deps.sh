@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build and the tests need, when missing, and
+# downloads the Go modules. Safe to run again: it only installs what is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pkgs=(
+  # end-to-end tests: FUSE attach, filesystems, the NBD peer benchmark
+  fuse3 e2fsprogs fio nbdkit util-linux
+  # cgo verbs provider (built with -tags verbs)
+  libibverbs-dev librdmacm-dev rdma-core pkg-config gcc
+  # VM interop suite
+  qemu-system-x86 mmdebstrap busybox-static cpio xz-utils zstd e2fsprogs kmod
+)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "deps: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+export PATH=$PATH:/usr/local/go/bin
+go mod download

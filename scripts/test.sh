@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite: installs missing packages, then vet, unit tests (race
+# detector on), short fuzz runs, the end-to-end tests and the VM interop suite.
+# GOSRP_SKIP_INTEROP=1 skips the VM suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=$PATH:/usr/local/go/bin
+./scripts/deps.sh
+echo "== go vet"; go vet ./...
+echo "== go test"; go test -race -timeout 15m ./...
+echo "== fuzz"; ./scripts/fuzz.sh
+if [ -x test/e2e/run.sh ]; then echo "== e2e"; test/e2e/run.sh; fi
+if [ "${GOSRP_SKIP_INTEROP:-0}" != 1 ] && [ -x test/interop/run.sh ]; then
+  echo "== interop"; test/interop/run.sh
+fi
+echo "== all tests passed"

@@ -1,0 +1,112 @@
+package scsi
+
+import "context"
+
+// This file is the meeting point of the SCSI target core and a fabric (the SRP
+// target). It plays the part of LIO's target_core_fabric_ops, kept small: the
+// fabric moves data-out in before Execute and data-in out after it, and sends
+// the status; the core never sees the transport.
+
+// TaskAttr is a command's task attribute (SAM-5 §8.6; SRP_CMD task_attr).
+type TaskAttr uint8
+
+const (
+	TaskSimple      TaskAttr = 0 // SIMPLE
+	TaskHeadOfQueue TaskAttr = 1 // HEAD OF QUEUE
+	TaskOrdered     TaskAttr = 2 // ORDERED
+	TaskACA         TaskAttr = 4 // ACA
+)
+
+// Nexus identifies an I_T nexus (SAM-5 §4.7): one initiator port talking to
+// one target port. The core keeps unit attentions, reservations and
+// registrations per nexus.
+type Nexus struct {
+	// InitiatorPortID is the initiator's transport ID as text (SRP: the
+	// 16-byte initiator port identifier as 32 lowercase hex digits).
+	InitiatorPortID string
+	// TargetPortID is the target port's name (SRP: 32 lowercase hex digits).
+	TargetPortID string
+	// RelativeTargetPort is the target port's relative port identifier
+	// (SPC-4 §7.8.6.3), 1-based.
+	RelativeTargetPort uint16
+	// TransportID is the SPC-4 §7.6.4 TransportID of the initiator port
+	// (SRP: protocol identifier 4, 24 bytes), for PERSISTENT RESERVE IN READ
+	// FULL STATUS and REGISTER AND MOVE.
+	TransportID []byte
+}
+
+// Command is one SCSI command as the fabric received it.
+type Command struct {
+	// Tag is the fabric's task tag (SRP_CMD tag), unique per nexus while the
+	// command is outstanding; ABORT TASK names it.
+	Tag uint64
+	// LUN is the 8-byte SAM LUN field as a big-endian integer.
+	LUN uint64
+	// CDB is the command descriptor block, 6 to 260 bytes.
+	CDB  []byte
+	Attr TaskAttr
+	// DataOut holds the data-out buffer the initiator described, already
+	// fetched by the fabric (len = bytes the initiator offered).
+	DataOut []byte
+	// DataIn is the buffer for data-in (len = bytes the initiator can take).
+	// The core writes at most len(DataIn) bytes into it.
+	DataIn []byte
+}
+
+// Result is the outcome of a command.
+type Result struct {
+	// Status is the SCSI status byte (SAM-5 §5.3.1), e.g. StatusGood.
+	Status uint8
+	// Sense is the sense data (fixed or descriptor format) for CHECK
+	// CONDITION, else empty.
+	Sense []byte
+	// DataInLen is how many bytes of Command.DataIn hold data-in.
+	DataInLen int
+	// DataOutUsed is how many bytes of Command.DataOut the command consumed.
+	DataOutUsed int
+	// DataInWanted / DataOutWanted are the transfer lengths the CDB asked for,
+	// in bytes, so the fabric can report overflow and underflow residuals
+	// (SAM-5 §5.4).
+	DataInWanted, DataOutWanted int
+	// Aborted is set when a task management function aborted the command:
+	// the fabric sends no response for it (TAS=0) and returns its credit.
+	Aborted bool
+}
+
+// TMF is a task management function (SAM-5 §7; SRP_TSK_MGMT tsk_mgmt_func).
+type TMF uint8
+
+const (
+	TMFAbortTask    TMF = 0x01
+	TMFAbortTaskSet TMF = 0x02
+	TMFClearTaskSet TMF = 0x04
+	TMFLUNReset     TMF = 0x08
+	TMFClearACA     TMF = 0x40
+)
+
+// TMFResponse is a task management service response (SAM-5 §7.1; the SRP
+// response codes of T10 SRP r16a table 24).
+type TMFResponse uint8
+
+const (
+	TMFComplete     TMFResponse = 0x00 // FUNCTION COMPLETE
+	TMFNotSupported TMFResponse = 0x04 // TASK MANAGEMENT FUNCTION NOT SUPPORTED
+	TMFFailed       TMFResponse = 0x05 // TASK MANAGEMENT FUNCTION FAILED
+	TMFIncorrectLUN TMFResponse = 0x09 // INCORRECT LOGICAL UNIT NUMBER
+)
+
+// Session is the core's view of one I_T nexus. A fabric gets one from the
+// core when a login succeeds and closes it when the nexus ends.
+//
+// Execute and TaskManagement may be called concurrently from many goroutines.
+type Session interface {
+	// Execute runs cmd to completion, honouring task attributes, the task set
+	// and reservations. It returns when the command is done or aborted. A
+	// cancelled ctx aborts the command as ABORT TASK would.
+	Execute(ctx context.Context, cmd *Command) Result
+	// TaskManagement performs fn on lun. taskTag names the task for ABORT
+	// TASK. It returns after the affected commands have finished.
+	TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTag uint64) TMFResponse
+	// Close ends the nexus: outstanding commands are aborted and waited for.
+	Close()
+}
