@@ -1,0 +1,25 @@
+// Package verbs provides the rdma contract on RDMA hardware through
+// libibverbs and librdmacm (InfiniBand, RoCE and iWARP adapters, and the
+// kernel's soft-RoCE rxe and soft-iWARP siw).
+//
+// The provider is built only with the build tag "verbs" and cgo:
+//
+//	apt-get install libibverbs-dev librdmacm-dev rdma-core
+//	go build -tags verbs ./...
+//
+// Without the tag, Open returns ErrNotBuilt, so programs can name the
+// transport in their configuration and get a clear error.
+//
+// Model: a Device is one protection domain (ibv_pd) on one RDMA device, plus
+// one RDMA/CM event channel. Listen and Dial create RC queue pairs on
+// rdma_cm_ids bound to that device; each connection has its own completion
+// queue and completion channel, waited on through Go's network poller (the
+// channel's file descriptor is non-blocking), so Poll honours its context.
+// Memory passed to Register stays pinned (runtime.Pinner) until Deregister,
+// as the cgo rules require for memory the adapter keeps using.
+package verbs
+
+import "errors"
+
+// ErrNotBuilt is returned by Open in a build without the "verbs" tag.
+var ErrNotBuilt = errors.New("verbs: this binary was built without RDMA verbs support (rebuild with -tags verbs; needs libibverbs-dev and librdmacm-dev)")
