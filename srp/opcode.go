@@ -1,0 +1,177 @@
+package srp
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Opcode is the IU type code in byte 0 of every SRP IU (T10 SRP r16a §5.1,
+// table 5; include/scsi/srp.h).
+type Opcode uint8
+
+// IU type codes.
+const (
+	OpLoginReq Opcode = 0x00 // SRP_LOGIN_REQ, initiator to target
+	OpTskMgmt  Opcode = 0x01 // SRP_TSK_MGMT, initiator to target
+	OpCmd      Opcode = 0x02 // SRP_CMD, initiator to target
+	OpILogout  Opcode = 0x03 // SRP_I_LOGOUT, initiator to target
+	OpCredRsp  Opcode = 0x41 // SRP_CRED_RSP, initiator to target
+	OpAerRsp   Opcode = 0x42 // SRP_AER_RSP, initiator to target
+	OpTLogout  Opcode = 0x80 // SRP_T_LOGOUT, target to initiator
+	OpCredReq  Opcode = 0x81 // SRP_CRED_REQ, target to initiator
+	OpAerReq   Opcode = 0x82 // SRP_AER_REQ, target to initiator
+	OpLoginRsp Opcode = 0xc0 // SRP_LOGIN_RSP, target to initiator
+	OpRsp      Opcode = 0xc1 // SRP_RSP, target to initiator
+	OpLoginRej Opcode = 0xc2 // SRP_LOGIN_REJ, target to initiator
+)
+
+var opcodeNames = map[Opcode]string{
+	OpLoginReq: "SRP_LOGIN_REQ",
+	OpTskMgmt:  "SRP_TSK_MGMT",
+	OpCmd:      "SRP_CMD",
+	OpILogout:  "SRP_I_LOGOUT",
+	OpCredRsp:  "SRP_CRED_RSP",
+	OpAerRsp:   "SRP_AER_RSP",
+	OpTLogout:  "SRP_T_LOGOUT",
+	OpCredReq:  "SRP_CRED_REQ",
+	OpAerReq:   "SRP_AER_REQ",
+	OpLoginRsp: "SRP_LOGIN_RSP",
+	OpRsp:      "SRP_RSP",
+	OpLoginRej: "SRP_LOGIN_REJ",
+}
+
+// String returns the Linux name (SRP_CMD, ...) or "SRP_IU(0xNN)" for an
+// unknown code.
+func (o Opcode) String() string {
+	if s, ok := opcodeNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("SRP_IU(%#02x)", uint8(o))
+}
+
+// Known reports whether o is one of the twelve SRP IU type codes.
+func (o Opcode) Known() bool {
+	_, ok := opcodeNames[o]
+	return ok
+}
+
+// IU is an SRP information unit.
+type IU interface {
+	// Opcode returns the IU type code written in byte 0.
+	Opcode() Opcode
+	// Size returns the encoded length in bytes (fixed part plus any
+	// additional CDB bytes, descriptors, response, sense or immediate
+	// data).
+	Size() int
+	// AppendTo appends the encoded IU to b and returns the extended slice.
+	// Appending into a buffer with enough capacity does not allocate.
+	AppendTo(b []byte) ([]byte, error)
+	// Marshal returns the encoded IU in a new slice.
+	Marshal() ([]byte, error)
+}
+
+// Fixed IU sizes in bytes (include/scsi/srp.h; T10 SRP r16a §6).
+const (
+	LoginReqSize     = 64 // struct srp_login_req
+	LoginReqRDMASize = 56 // struct srp_login_req_rdma
+	LoginRspSize     = 52 // struct srp_login_rsp
+	LoginRejSize     = 32 // struct srp_login_rej
+	ILogoutSize      = 16 // struct srp_i_logout
+	TLogoutSize      = 16 // struct srp_t_logout
+	TskMgmtSize      = 48 // struct srp_tsk_mgmt
+	CmdSize          = 48 // struct srp_cmd without add_data
+	RspSize          = 36 // struct srp_rsp without data
+	CredReqSize      = 16 // struct srp_cred_req
+	CredRspSize      = 16 // struct srp_cred_rsp
+	AerReqSize       = 36 // struct srp_aer_req without sense_data
+	AerRspSize       = 16 // struct srp_aer_rsp
+	DirectBufSize    = 16 // struct srp_direct_buf
+	IndirectBufSize  = 20 // struct srp_indirect_buf without desc_list
+	ImmBufSize       = 4  // struct srp_imm_buf
+)
+
+// PeekOpcode returns the opcode of the IU in b without decoding it. It fails
+// only for an empty buffer.
+func PeekOpcode(b []byte) (Opcode, error) {
+	if len(b) < 1 {
+		return 0, errShort("IU", "opcode", 0, 1, 0)
+	}
+	return Opcode(b[0]), nil
+}
+
+// Decode decodes one IU, choosing the type from the opcode in byte 0, and
+// returns a pointer to the concrete type (*LoginRequest, *Cmd, ...). An
+// SRP_CMD with immediate data is decoded with [DefaultImmDataOffset]; use
+// (*Cmd).UnmarshalImm for another offset. Errors are *DecodeError.
+func Decode(b []byte) (IU, error) {
+	op, err := PeekOpcode(b)
+	if err != nil {
+		return nil, err
+	}
+	var iu interface {
+		IU
+		Unmarshal([]byte) error
+	}
+	switch op {
+	case OpLoginReq:
+		iu = new(LoginRequest)
+	case OpTskMgmt:
+		iu = new(TaskMgmt)
+	case OpCmd:
+		iu = new(Cmd)
+	case OpILogout:
+		iu = new(ILogout)
+	case OpCredRsp:
+		iu = new(CredRsp)
+	case OpAerRsp:
+		iu = new(AerRsp)
+	case OpTLogout:
+		iu = new(TLogout)
+	case OpCredReq:
+		iu = new(CredReq)
+	case OpAerReq:
+		iu = new(AerReq)
+	case OpLoginRsp:
+		iu = new(LoginResponse)
+	case OpRsp:
+		iu = new(Rsp)
+	case OpLoginRej:
+		iu = new(LoginReject)
+	default:
+		return nil, errInvalid("IU", "opcode", 0, "unknown IU type %#02x", uint8(op))
+	}
+	if err := iu.Unmarshal(b); err != nil {
+		return nil, err
+	}
+	return iu, nil
+}
+
+// header checks length and opcode common to all decoders.
+func checkFixed(b []byte, op Opcode, size int) error {
+	if len(b) < size {
+		if len(b) == 0 {
+			return errShort(op.String(), "opcode", 0, size, 0)
+		}
+		return errShort(op.String(), "IU", 0, size, len(b))
+	}
+	if Opcode(b[0]) != op {
+		return errInvalid(op.String(), "opcode", 0, "got %#02x (%v), want %#02x", b[0], Opcode(b[0]), uint8(op))
+	}
+	return nil
+}
+
+// grow extends b by n zero bytes and returns the whole slice and the new
+// n-byte region.
+func grow(b []byte, n int) ([]byte, []byte) {
+	l := len(b)
+	if cap(b)-l < n {
+		nb := make([]byte, l, l+n+(l+n)/4)
+		copy(nb, b)
+		b = nb
+	}
+	b = b[:l+n]
+	clear(b[l:])
+	return b, b[l:]
+}
+
+var be = binary.BigEndian
