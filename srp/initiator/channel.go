@@ -1,0 +1,599 @@
+package initiator
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gosrp/gosrp/rdma"
+)
+
+// SRP opcodes (T10 SRP r16a table 14; Linux include/scsi/srp.h).
+const (
+	opLoginReq = 0x00
+	opTskMgmt  = 0x01
+	opCmd      = 0x02
+	opILogout  = 0x03
+	opTLogout  = 0x80
+	opCredReq  = 0x81
+	opAERReq   = 0x82
+	opCredRsp  = 0x41
+	opAERRsp   = 0x42
+	opLoginRsp = 0xc0
+	opRsp      = 0xc1
+	opLoginRej = 0xc2
+)
+
+// Buffer descriptor formats (T10 SRP r16a table 5; SRP-2 immediate data).
+const (
+	fmtDirect   = 1
+	fmtIndirect = 2
+	fmtImm      = 3
+)
+
+// SRP_RSP flags (T10 SRP r16a table 22).
+const (
+	rspValid  = 0x01
+	snsValid  = 0x02
+	doOver    = 0x04
+	doUnder   = 0x08
+	diOver    = 0x10
+	diUnder   = 0x20
+	rspHdrLen = 36
+)
+
+// Work request IDs: the kind in bits 32..39, the slot index below.
+const (
+	wrSend uint64 = 1 << 32
+	wrRecv uint64 = 2 << 32
+	wrKind uint64 = 0xff << 32
+)
+
+// Slot kinds within a channel's send IU array.
+const (
+	slotCmd = iota
+	slotTMF
+	slotRsp
+)
+
+// tmfSlots is how many task management functions a channel runs at once.
+const tmfSlots = 2
+
+// maxTIIULen bounds the max_ti_iu_len a target may announce, bytes; the
+// receive ring holds QueueSize buffers of that size.
+const maxTIIULen = 1 << 20
+
+// request is one send IU slot of a channel: an SRP_CMD, SRP_TSK_MGMT or a
+// CRED_RSP/AER_RSP. A command slot is reused only after both its SEND has
+// completed and its issuer has finished with the response (refs).
+type request struct {
+	ch    *channel
+	idx   int
+	kind  int
+	iu    []byte // the send buffer, in ch.sendMR
+	iuOff int    // offset of iu in ch.sendMR
+	sge   [1]rdma.SGE
+	table []byte // this slot's indirect descriptor table, in ch.tableMR
+	tOff  int
+	timer *time.Timer
+	done  chan struct{} // one token per response
+	refs  atomic.Int32
+	mrs   []rdma.MemoryRegion
+
+	// Guarded by ch.mu.
+	gen    uint32
+	tag    uint64
+	active bool   // a response for tag is expected
+	lun    uint64 // the command's LUN
+	reset  bool   // ended by a LOGICAL UNIT RESET, no response will come
+
+	// The response, written by the poller before the done token.
+	flags, status uint8
+	dataOutRes    uint32
+	dataInRes     uint32
+	respCode      uint8
+	respValid     bool
+	sense         []byte // aliases senseBuf
+	senseBuf      [256]byte
+}
+
+// LoginInfo is what the target granted in its SRP_LOGIN_RSP (T10 SRP r16a
+// §6.3, table 8) plus what the initiator derived from it.
+type LoginInfo struct {
+	// ReqLimDelta is the initial request limit, in IUs (credits).
+	ReqLimDelta int32
+	// MaxITIULen is the target's largest initiator-to-target IU, bytes.
+	MaxITIULen uint32
+	// MaxTIIULen is the largest target-to-initiator IU, bytes.
+	MaxTIIULen uint32
+	// BufFmt is the target's supported buffer formats (bit 1 direct, bit 2
+	// indirect).
+	BufFmt uint16
+	// RspFlags is the multichannel result (bits 0-1: 0 no existing
+	// channels, 1 terminated, 2 maintained) and 0x80 IMMED_SUPP.
+	RspFlags uint8
+	// ReqITIULen is the IU length this initiator requested, bytes.
+	ReqITIULen int
+	// UsedITIULen is min(ReqITIULen, MaxITIULen): the longest SRP_CMD sent.
+	UsedITIULen int
+	// ImmediateData reports that immediate data is in use on the channel.
+	ImmediateData bool
+	// CanQueue is how many commands the channel has outstanding at most:
+	// min(req_lim-1, queue_size-2) (ib_srp srp_cm_rep_handler).
+	CanQueue int
+}
+
+// channel is one RDMA channel (SRP login) of a session.
+type channel struct {
+	s      *Session
+	idx    int
+	conn   rdma.Conn
+	info   LoginInfo
+	log    *slog.Logger
+	useImm bool
+	maxIT  int // longest SRP_CMD we send, bytes
+	maxTI  int // receive buffer size, bytes
+
+	sendMR, recvMR, tableMR rdma.MemoryRegion
+	reqs                    []request
+	free, tmfFree, rspFree  chan *request
+	recvSGE                 []rdma.SGE
+
+	mu           sync.Mutex
+	reqLim       int
+	creditWaits  int
+	creditSignal chan struct{}
+
+	failOnce sync.Once
+	dead     chan struct{}
+	err      error // why the channel went down; set before dead closes
+	pollDone chan struct{}
+}
+
+// loginPrivateData builds the 56-byte RDMA/CM form of SRP_LOGIN_REQ
+// (Linux struct srp_login_req_rdma): tag 0, req_buf_fmt DIRECT|INDIRECT,
+// req_flags multichannel action (+ IMMED_REQUESTED), req_it_iu_len, the port
+// identifiers and imm_data_offset.
+func loginPrivateData(o Options, multi bool) []byte {
+	b := make([]byte, 56)
+	binary.BigEndian.PutUint16(b[8:], 0x0006)
+	if multi {
+		b[10] = 1 // SRP_MULTICHAN_MULTI
+	}
+	b[11] = opLoginReq
+	binary.BigEndian.PutUint32(b[12:], uint32(o.ReqITIULen()))
+	ipi, tpi := o.PortIDs()
+	copy(b[16:32], ipi[:])
+	copy(b[32:48], tpi[:])
+	if !o.NoImmData {
+		b[10] |= 0x80 // SRP_IMMED_REQUESTED
+		binary.BigEndian.PutUint16(b[48:], ImmDataOffset)
+	}
+	return b
+}
+
+// parseLoginRsp decodes an SRP_LOGIN_RSP (52 bytes).
+func parseLoginRsp(b []byte) (LoginInfo, error) {
+	var li LoginInfo
+	if len(b) < 52 || b[0] != opLoginRsp {
+		return li, fmt.Errorf("%w: connect reply is not an SRP_LOGIN_RSP (%d bytes)", ErrProtocol, len(b))
+	}
+	li.ReqLimDelta = int32(binary.BigEndian.Uint32(b[4:]))
+	li.MaxITIULen = binary.BigEndian.Uint32(b[16:])
+	li.MaxTIIULen = binary.BigEndian.Uint32(b[20:])
+	li.BufFmt = binary.BigEndian.Uint16(b[24:])
+	li.RspFlags = b[26]
+	return li, nil
+}
+
+// parseLoginRej decodes the SRP_LOGIN_REJ carried by a connection reject.
+func parseLoginRej(b []byte, ch int) error {
+	if len(b) < 32 || b[0] != opLoginRej {
+		return nil
+	}
+	return &LoginRejectError{Reason: binary.BigEndian.Uint32(b[4:]), BufFmt: binary.BigEndian.Uint16(b[24:]), Channel: ch}
+}
+
+// dialChannel logs in one channel: the connect request carries the login,
+// the reply the SRP_LOGIN_RSP (Linux ib_srp srp_send_req and
+// srp_cm_rep_handler).
+func dialChannel(ctx context.Context, s *Session, idx int) (*channel, error) {
+	o := s.opts
+	cfg := rdma.QPConfig{SendDepth: o.QueueSize + tmfSlots + rspSlots, RecvDepth: o.QueueSize, MaxSGE: 2, IRD: 16, ORD: 0}
+	conn, reply, err := s.dev.Dial(ctx, o.Dest, cfg, loginPrivateData(o, idx > 0))
+	if err != nil {
+		var rej *rdma.RejectError
+		if errors.As(err, &rej) {
+			if lr := parseLoginRej(rej.PrivateData, idx); lr != nil {
+				return nil, lr
+			}
+		}
+		return nil, fmt.Errorf("srp login to %s (channel %d): %w", o.Dest, idx, err)
+	}
+	li, err := parseLoginRsp(reply)
+	if err == nil && (li.MaxTIIULen < rspHdrLen || li.MaxTIIULen > maxTIIULen || li.MaxITIULen < 64 || li.ReqLimDelta < 2) {
+		err = fmt.Errorf("%w: SRP_LOGIN_RSP with req_lim %d, max_it_iu_len %d, max_ti_iu_len %d", ErrProtocol, li.ReqLimDelta, li.MaxITIULen, li.MaxTIIULen)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	li.ReqITIULen = o.ReqITIULen()
+	li.UsedITIULen = min(li.ReqITIULen, int(li.MaxITIULen))
+	li.ImmediateData = !o.NoImmData && li.RspFlags&0x80 != 0
+	li.CanQueue = min(int(li.ReqLimDelta)-tmfReserve, o.QueueSize-tmfReserve-rspSlots)
+	ch := &channel{
+		s: s, idx: idx, conn: conn, info: li, useImm: li.ImmediateData,
+		maxIT: li.UsedITIULen, maxTI: int(li.MaxTIIULen), reqLim: int(li.ReqLimDelta),
+		log: s.log.With("ch", idx), creditSignal: make(chan struct{}),
+		dead: make(chan struct{}), pollDone: make(chan struct{}),
+	}
+	if err := ch.setup(); err != nil {
+		ch.release()
+		conn.Close()
+		return nil, err
+	}
+	go ch.poll()
+	ch.log.Debug("srp channel logged in", "req_lim", li.ReqLimDelta, "max_it_iu_len", li.MaxITIULen,
+		"max_ti_iu_len", li.MaxTIIULen, "imm", li.ImmediateData, "can_queue", li.CanQueue)
+	return ch, nil
+}
+
+// setup registers the IU rings and posts the receive buffers.
+func (ch *channel) setup() error {
+	dev, o := ch.s.dev, ch.s.opts
+	nCmd := ch.info.CanQueue
+	n := nCmd + tmfSlots + rspSlots
+	var err error
+	if ch.sendMR, err = dev.Register(make([]byte, n*ch.maxIT), rdma.AccessLocalWrite); err != nil {
+		return err
+	}
+	tbl := 16 * o.CmdSGEntries
+	if ch.tableMR, err = dev.Register(make([]byte, nCmd*tbl), rdma.AccessRemoteRead); err != nil {
+		return err
+	}
+	nRecv := o.QueueSize
+	if ch.recvMR, err = dev.Register(make([]byte, nRecv*ch.maxTI), rdma.AccessLocalWrite); err != nil {
+		return err
+	}
+	ch.reqs = make([]request, n)
+	ch.free = make(chan *request, nCmd)
+	ch.tmfFree = make(chan *request, tmfSlots)
+	ch.rspFree = make(chan *request, rspSlots)
+	for i := range ch.reqs {
+		r := &ch.reqs[i]
+		r.ch, r.idx = ch, i
+		r.iuOff = i * ch.maxIT
+		r.iu = ch.sendMR.Bytes()[r.iuOff : r.iuOff+ch.maxIT]
+		r.sge[0] = rdma.SGE{MR: ch.sendMR, Offset: r.iuOff}
+		r.done = make(chan struct{}, 1)
+		switch {
+		case i < nCmd:
+			r.kind = slotCmd
+			r.tOff = i * tbl
+			r.table = ch.tableMR.Bytes()[r.tOff : r.tOff+tbl]
+			ch.free <- r
+		case i < nCmd+tmfSlots:
+			r.kind = slotTMF
+			ch.tmfFree <- r
+		default:
+			r.kind = slotRsp
+			ch.rspFree <- r
+		}
+		if r.kind != slotRsp {
+			r.timer = time.NewTimer(time.Hour)
+			r.timer.Stop()
+		}
+	}
+	ch.recvSGE = make([]rdma.SGE, nRecv)
+	wrs := make([]rdma.RecvWR, nRecv)
+	for i := range wrs {
+		ch.recvSGE[i] = rdma.SGE{MR: ch.recvMR, Offset: i * ch.maxTI, Length: ch.maxTI}
+		wrs[i] = rdma.RecvWR{ID: wrRecv | uint64(i), Local: ch.recvSGE[i]}
+	}
+	return ch.conn.PostRecv(wrs...)
+}
+
+// release deregisters the rings; only after the connection is closed.
+func (ch *channel) release() {
+	for _, mr := range []rdma.MemoryRegion{ch.sendMR, ch.tableMR, ch.recvMR} {
+		if mr != nil {
+			mr.Deregister()
+		}
+	}
+}
+
+// fail takes the channel down once: closes the connection (flushing every
+// outstanding work request) and tells the session.
+func (ch *channel) fail(err error) {
+	ch.failOnce.Do(func() {
+		ch.err = err
+		close(ch.dead)
+		ch.conn.Close()
+		ch.s.channelDown(ch, err)
+	})
+}
+
+// down reports whether the channel has gone down.
+func (ch *channel) down() bool {
+	select {
+	case <-ch.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// poll is the channel's completion loop.
+func (ch *channel) poll() {
+	defer close(ch.pollDone)
+	var cs [32]rdma.Completion
+	for {
+		n, err := ch.conn.Poll(context.Background(), cs[:])
+		for i := range cs[:n] {
+			ch.complete(&cs[i])
+		}
+		if err != nil {
+			ch.fail(err)
+			return
+		}
+	}
+}
+
+func (ch *channel) complete(c *rdma.Completion) {
+	idx := int(c.ID &^ wrKind)
+	switch c.ID & wrKind {
+	case wrSend:
+		if idx >= len(ch.reqs) {
+			return
+		}
+		if c.Status != rdma.StatusSuccess {
+			ch.fail(fmt.Errorf("srp channel %d: send completed with %v: %w", ch.idx, c.Status, errOr(c.Err, ErrChannelDown)))
+		}
+		ch.reqs[idx].put()
+	case wrRecv:
+		if c.Status != rdma.StatusSuccess {
+			ch.fail(fmt.Errorf("srp channel %d: receive completed with %v: %w", ch.idx, c.Status, errOr(c.Err, ErrChannelDown)))
+			return
+		}
+		if idx >= len(ch.recvSGE) {
+			return
+		}
+		sge := ch.recvSGE[idx]
+		ch.receive(sge.Bytes()[:min(c.ByteLen, sge.Length)])
+		if ch.down() {
+			return
+		}
+		if err := ch.conn.PostRecv(rdma.RecvWR{ID: c.ID, Local: sge}); err != nil {
+			ch.fail(err)
+		}
+	}
+}
+
+func errOr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
+}
+
+// receive dispatches one IU from the target (ib_srp srp_recv_done).
+func (ch *channel) receive(b []byte) {
+	if len(b) == 0 {
+		ch.log.Warn("srp: empty IU from target")
+		return
+	}
+	switch b[0] {
+	case opRsp:
+		ch.receiveRsp(b)
+	case opCredReq, opAERReq:
+		// SRP_CRED_REQ (16 bytes) / SRP_AER_REQ (36+): add the delta and answer
+		// with SRP_CRED_RSP / SRP_AER_RSP echoing the tag (T10 SRP r16a §6.10-6.13).
+		if len(b) < 16 || (b[0] == opAERReq && len(b) < 36) {
+			ch.log.Warn("srp: short request from target", "op", b[0], "len", len(b))
+			return
+		}
+		ch.mu.Lock()
+		ch.addCredits(int32(binary.BigEndian.Uint32(b[4:])))
+		ch.mu.Unlock()
+		tag := binary.BigEndian.Uint64(b[8:])
+		op := byte(opCredRsp)
+		if b[0] == opAERReq {
+			op = opAERRsp
+			sl := int(binary.BigEndian.Uint32(b[28:]))
+			var sense []byte
+			if sl <= len(b)-36 {
+				sense = b[36 : 36+sl]
+			}
+			lun := binary.BigEndian.Uint64(b[20:])
+			if e := DecodeSense(StatusCheckCondition, sense); e != nil {
+				ch.log.Warn("srp: asynchronous event", "lun", lun, "sense", e.Error())
+			} else {
+				ch.log.Warn("srp: asynchronous event", "lun", lun)
+			}
+		}
+		ch.sendRsp(op, tag)
+	case opTLogout:
+		reason := uint32(0)
+		if len(b) >= 8 {
+			reason = binary.BigEndian.Uint32(b[4:])
+		}
+		ch.log.Warn("srp: target logout", "reason", reason)
+		ch.fail(fmt.Errorf("%w: target logged out (reason %#x)", ErrChannelDown, reason))
+	default:
+		ch.log.Warn("srp: unhandled IU from target", "op", fmt.Sprintf("%#02x", b[0]), "len", len(b))
+	}
+}
+
+// sendRsp answers a target request. Without a free response IU the answer is
+// dropped with a warning, as ib_srp does.
+func (ch *channel) sendRsp(op byte, tag uint64) {
+	var r *request
+	select {
+	case r = <-ch.rspFree:
+	default:
+		ch.log.Warn("srp: no IU free to answer target request", "op", op)
+		return
+	}
+	clear(r.iu[:16])
+	r.iu[0] = op
+	binary.BigEndian.PutUint64(r.iu[8:], tag)
+	r.refs.Store(1)
+	r.sge[0].Length = 16
+	if err := ch.conn.PostSend(rdma.SendWR{ID: wrSend | uint64(r.idx), Op: rdma.OpSend, Local: r.sge[:], Signaled: true}); err != nil {
+		r.put()
+		ch.fail(err)
+	}
+}
+
+// receiveRsp handles an SRP_RSP (T10 SRP r16a §6.9, table 21).
+func (ch *channel) receiveRsp(b []byte) {
+	if len(b) < rspHdrLen {
+		ch.log.Warn("srp: short SRP_RSP", "len", len(b))
+		return
+	}
+	tag := binary.BigEndian.Uint64(b[8:])
+	ch.mu.Lock()
+	ch.addCredits(int32(binary.BigEndian.Uint32(b[4:])))
+	idx := int(tag & 0xffff)
+	if tag>>48 != uint64(ch.idx) || idx >= len(ch.reqs) || ch.reqs[idx].tag != tag || !ch.reqs[idx].active {
+		ch.mu.Unlock()
+		ch.log.Warn("srp: SRP_RSP for unknown tag", "tag", tag)
+		return
+	}
+	r := &ch.reqs[idx]
+	r.active = false
+	ch.mu.Unlock()
+	r.flags, r.status = b[18], b[19]
+	r.dataOutRes = binary.BigEndian.Uint32(b[20:])
+	r.dataInRes = binary.BigEndian.Uint32(b[24:])
+	senseLen := int(binary.BigEndian.Uint32(b[28:]))
+	respLen := int(binary.BigEndian.Uint32(b[32:]))
+	r.respValid, r.respCode, r.sense = false, 0, nil
+	rest := b[rspHdrLen:]
+	if r.flags&rspValid != 0 && respLen >= 4 && respLen <= len(rest) {
+		r.respValid, r.respCode = true, rest[3]
+	}
+	if r.flags&rspValid != 0 && respLen <= len(rest) {
+		rest = rest[respLen:]
+	}
+	if r.flags&snsValid != 0 {
+		senseLen = min(senseLen, len(rest), len(r.senseBuf))
+		r.sense = r.senseBuf[:copy(r.senseBuf[:], rest[:senseLen])]
+	}
+	r.done <- struct{}{}
+}
+
+// addCredits adds a request limit delta (signed, T10 SRP r16a §5.6) and
+// wakes credit waiters. Caller holds ch.mu.
+func (ch *channel) addCredits(d int32) {
+	ch.reqLim += int(d)
+	if d > 0 && ch.creditWaits > 0 {
+		close(ch.creditSignal)
+		ch.creditSignal = make(chan struct{})
+		ch.creditWaits = 0
+	}
+}
+
+// takeCredit waits until the request limit is above reserve and takes one
+// credit (ib_srp __srp_get_tx_iu keeps SRP_TSK_MGMT_SQ_SIZE back for
+// commands).
+func (ch *channel) takeCredit(ctx context.Context, reserve int) error {
+	for {
+		ch.mu.Lock()
+		if ch.reqLim > reserve {
+			ch.reqLim--
+			ch.mu.Unlock()
+			return nil
+		}
+		ch.creditWaits++
+		w := ch.creditSignal
+		ch.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch.dead:
+			return ErrChannelDown
+		}
+	}
+}
+
+func (ch *channel) returnCredit() {
+	ch.mu.Lock()
+	ch.addCredits(1)
+	ch.mu.Unlock()
+}
+
+// activate gives r a fresh tag: channel in bits 48..55, generation in
+// 16..47, slot in 0..15. A late response to an earlier use of the slot no
+// longer matches.
+func (r *request) activate(refs int32) {
+	ch := r.ch
+	ch.mu.Lock()
+	r.gen++
+	r.reset = false
+	r.tag = uint64(ch.idx)<<48 | uint64(r.gen)<<16 | uint64(r.idx)
+	r.active = true
+	select {
+	case <-r.done:
+	default:
+	}
+	ch.mu.Unlock()
+	r.refs.Store(refs)
+}
+
+func (r *request) deactivate() {
+	r.ch.mu.Lock()
+	r.active = false
+	r.ch.mu.Unlock()
+}
+
+// put drops one reference; the last returns the slot to its free list.
+func (r *request) put() {
+	if r.refs.Add(-1) != 0 {
+		return
+	}
+	switch r.kind {
+	case slotCmd:
+		r.ch.free <- r
+	case slotTMF:
+		r.ch.tmfFree <- r
+	default:
+		r.ch.rspFree <- r
+	}
+}
+
+// post sends the first n bytes of r.iu.
+func (r *request) post(n int) error {
+	r.sge[0].Length = n
+	return r.ch.conn.PostSend(rdma.SendWR{ID: wrSend | uint64(r.idx), Op: rdma.OpSend, Local: r.sge[:], Signaled: true})
+}
+
+func (r *request) unmap() {
+	for i, mr := range r.mrs {
+		mr.Deregister()
+		r.mrs[i] = nil
+	}
+	r.mrs = r.mrs[:0]
+}
+
+// resetDone ends the outstanding commands on lun after a LOGICAL UNIT RESET
+// completed: the target aborted them and sends no response (ib_srp
+// srp_reset_device finishes them with DID_RESET).
+func (ch *channel) resetDone(lun uint64) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	for i := range ch.reqs {
+		r := &ch.reqs[i]
+		if r.kind == slotCmd && r.active && r.lun == lun {
+			r.active, r.reset = false, true
+			r.done <- struct{}{}
+		}
+	}
+}
