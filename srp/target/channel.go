@@ -1,0 +1,864 @@
+package target
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/srp"
+)
+
+// Receive buffers beyond the request limit: room for the IUs that spend no
+// credit (SRP_I_LOGOUT, SRP_CRED_RSP, SRP_AER_RSP) and for a login IU.
+const extraRecv = 4
+
+// Send contexts reserved for target-initiated IUs, after the RQSize
+// response contexts.
+const (
+	sendCredReq = iota // SRP_CRED_REQ
+	sendLogout         // SRP_T_LOGOUT, or the login response/reject of an IU-form login
+	nReserved
+)
+
+// Work request ID spaces: receive WR IDs are the receive slot; send queue
+// WR IDs carry wrSendBit and index c.wrs.
+const wrSendBit = 1 << 63
+
+type closeKind uint8
+
+const (
+	closeQuiet   closeKind = iota // disconnect without an SRP_T_LOGOUT
+	closeTLogout                  // send SRP_T_LOGOUT, then disconnect
+)
+
+type closeRequest struct {
+	kind   closeKind
+	reason srp.TLogoutReason
+	why    string
+}
+
+// event is one input of the channel's loop.
+type event struct {
+	comps    []rdma.Completion
+	pollDone bool
+	cmd      *command // Execute returned
+	res      scsi.Result
+	tmf      *tmfOp // TaskManagement returned
+	tick     bool   // the logout timer fired
+}
+
+// channel is one RDMA channel: a connected queue pair, its receive and send
+// rings, its credits and commands. All mutable state is owned by the loop
+// goroutine (run); other goroutines talk to it through events and closeReq.
+type channel struct {
+	port *Port
+	id   uint64
+	cfg  Config
+	log  *slog.Logger
+	nx   *nexus // nil until the login of an IU-form connection
+
+	conn rdma.Conn
+	ctx  context.Context // passed to Execute; cancelled on close
+	stop context.CancelFunc
+
+	// Negotiated at login.
+	maxTI      int // max_ti_iu_len: largest IU we send, in bytes
+	immOffset  int // immediate data offset in an SRP_CMD, 0 if not negotiated
+	loginFlags srp.LoginReqFlags
+
+	// Receive ring: nRecv slots of recvStride bytes in one region; the IU
+	// of slot i starts at i*recvStride + recvAlign, so immediate data at
+	// immOffset lands 512-byte aligned.
+	recvMR     rdma.MemoryRegion
+	recvBase   int // offset of slot 0 in recvMR (512-byte aligned address)
+	recvStride int
+	recvAlign  int
+	nRecv      int
+
+	// Send ring: nSend buffers of MaxRspSize bytes.
+	sendMR   rdma.MemoryRegion
+	nSend    int
+	freeSend []int
+
+	// Loop-owned state.
+	state      chanState
+	stateMirr  atomic.Int32
+	cred       credits
+	wait       []int // receive slots parked, in arrival order
+	cmds       map[uint64]*command
+	nCmds      int // commands and TMFs holding a send context
+	executing  int // goroutines in Execute or TaskManagement
+	sqAvail    int
+	ordAvail   int
+	readQ      []*readOp
+	sendQ      []*sendBatch
+	wrs        map[uint64]*wrRec
+	nextWR     uint64
+	pollDone   bool
+	credReqOut bool
+	credTag    uint64
+	pendClose  bool // a T_LOGOUT (or LOGIN_REJ) SEND must go out before the disconnect
+	recvLens   []int // received bytes per receive slot
+	warnedLim  bool
+	pool       map[int][]rdma.MemoryRegion // free data buffers by size class
+	inUse      map[rdma.MemoryRegion]struct{}
+
+	events   chan event
+	closeReq chan closeRequest
+	done     chan struct{}
+
+	mu   sync.Mutex
+	snap SessionInfo
+}
+
+// command is one SRP_CMD in progress.
+type command struct {
+	slot    int // receive slot holding the IU
+	send    int // send context for the SRP_RSP
+	tag     uint64
+	lun     uint64
+	attr    scsi.TaskAttr
+	cdb     []byte
+	state   cmdState
+	aborted bool
+	waiters []*tmfOp // TMFs waiting for this command to finish
+
+	out, in     []srp.DirectBuf // data-out / data-in descriptors
+	outLen      int             // data-out buffer length, bytes
+	inLen       int             // data-in buffer length, bytes
+	dataOut     []byte
+	dataIn      []byte
+	outMR, inMR rdma.MemoryRegion
+	tableMR     rdma.MemoryRegion // external descriptor table being fetched
+	tableFor    int               // descriptors expected in the external table
+	tableOut    bool              // the table is the data-out list
+	readsLeft   int
+	readErr     bool
+}
+
+type cmdState uint8
+
+const (
+	cmdNew      cmdState = iota
+	cmdNeedData          // waiting for RDMA READs (data-out or descriptor table)
+	cmdExec              // in the SCSI core
+	cmdRspSent           // SRP_RSP posted
+)
+
+// tmfOp is one SRP_TSK_MGMT in progress.
+type tmfOp struct {
+	slot    int
+	send    int
+	tm      srp.TaskMgmt
+	waitFor int // commands (in NEED_DATA) still to finish before the core is asked
+	code    uint8
+}
+
+type readOp struct {
+	cmd *command
+	wr  rdma.SendWR
+}
+
+// sendBatch is a group of send-queue work requests posted together; the last
+// one is signaled and completes the batch.
+type sendBatch struct {
+	wrs  []rdma.SendWR
+	rec  *wrRec
+	cost int
+}
+
+type wrKind uint8
+
+const (
+	wrRead wrKind = iota + 1
+	wrRsp
+	wrTMFRsp
+	wrCredReq
+	wrLogout
+	wrWrites // a chunk of RDMA WRITEs ahead of an SRP_RSP
+)
+
+type wrRec struct {
+	kind wrKind
+	cost int // send queue slots freed by the completion
+	cmd  *command
+	tmf  *tmfOp
+	send int // send context to free (-1 none)
+}
+
+// newChannel allocates the rings of a channel and, when pl is non-nil,
+// attaches the channel to its I_T nexus.
+func (p *Port) newChannel(pl *pendingLogin, log *slog.Logger) (*channel, error) {
+	cfg := p.cfg
+	c := &channel{
+		port:     p,
+		cfg:      cfg,
+		cmds:     map[uint64]*command{},
+		wrs:      map[uint64]*wrRec{},
+		pool:     map[int][]rdma.MemoryRegion{},
+		inUse:    map[rdma.MemoryRegion]struct{}{},
+		closeReq: make(chan closeRequest, 1),
+		done:     make(chan struct{}),
+		nRecv:    cfg.RQSize + extraRecv,
+		nSend:    cfg.RQSize + nReserved,
+		cred:     newCredits(cfg.RQSize),
+	}
+	c.events = make(chan event, c.nRecv+c.nSend+8)
+	imm := srp.DefaultImmDataOffset // IU-form logins: align for ib_srp's offset
+	if pl != nil {
+		imm = pl.immOffset
+		c.immOffset = pl.immOffset
+		c.maxTI = int(pl.req.ReqITIULen)
+		c.loginFlags = pl.req.ReqFlags
+	}
+	if imm > 0 {
+		c.recvAlign = (imm+511)&^511 - imm
+	}
+	c.recvStride = (c.recvAlign + cfg.MaxReqSize + 511) &^ 511
+	buf := make([]byte, c.nRecv*c.recvStride+512)
+	c.recvBase = int((512 - uintptr(unsafe.Pointer(&buf[0]))&511) & 511)
+	var err error
+	if c.recvMR, err = p.register(buf, rdma.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("receive ring: %w", err)
+	}
+	if c.sendMR, err = p.register(make([]byte, c.nSend*cfg.MaxRspSize), rdma.AccessLocalWrite); err != nil {
+		_ = c.recvMR.Deregister()
+		return nil, fmt.Errorf("send ring: %w", err)
+	}
+	for i := cfg.RQSize - 1; i >= 0; i-- {
+		c.freeSend = append(c.freeSend, i)
+	}
+	c.ctx, c.stop = context.WithCancel(context.Background())
+
+	p.mu.Lock()
+	p.nextCh++
+	c.id = p.nextCh
+	p.channels[c] = struct{}{}
+	if pl != nil {
+		c.nx = pl.nx
+		pl.nx.channels = append(pl.nx.channels, c)
+		pl.ch = c
+	}
+	p.mu.Unlock()
+	c.log = log.With("ch", c.id)
+	return c, nil
+}
+
+// register is set by Port.Serve's device; see Port.device.
+func (p *Port) register(buf []byte, acc rdma.Access) (rdma.MemoryRegion, error) {
+	if p.dev == nil {
+		return nil, errors.New("srp target: port has no device")
+	}
+	return p.dev.Register(buf, acc)
+}
+
+// freeRings releases the rings of a channel that never ran.
+func (c *channel) freeRings() {
+	_ = c.recvMR.Deregister()
+	_ = c.sendMR.Deregister()
+	c.stop()
+	c.port.mu.Lock()
+	c.port.removeChannelLocked(c)
+	if c.nx != nil {
+		c.port.dropNexusLocked(c.nx)
+	}
+	c.port.mu.Unlock()
+}
+
+// qpConfig sizes the queue pair: ib_srpt asks for 4 RDMA READs each way
+// (responder_resources, initiator_depth); we ask for more ORD since write
+// data is fetched by RDMA READ and the provider negotiates it down.
+func (c *channel) qpConfig() rdma.QPConfig {
+	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: 1, IRD: 4, ORD: 16}
+}
+
+// loginResponse encodes the SRP_LOGIN_RSP (ib_srpt values: max_it_iu_len =
+// max_req_size, max_ti_iu_len = echo of req_it_iu_len, buf_fmt DIRECT |
+// INDIRECT, req_lim_delta = receive ring size).
+func (c *channel) loginResponse(tag uint64, flags srp.LoginRspFlags) []byte {
+	b, _ := (&srp.LoginResponse{
+		ReqLimDelta: uint32(c.cfg.RQSize),
+		Tag:         tag,
+		MaxITIULen:  uint32(c.cfg.MaxReqSize),
+		MaxTIIULen:  uint32(c.maxTI),
+		BufFmt:      srp.BufFmtDirect | srp.BufFmtIndirect,
+		RspFlags:    flags,
+	}).Marshal()
+	return b
+}
+
+func (c *channel) closing() bool { return chanState(c.stateMirr.Load()) >= stateDisconnecting }
+
+// requestClose asks the loop to close the channel. Safe from any goroutine;
+// only the first request counts.
+func (c *channel) requestClose(kind closeKind, why string) {
+	reason := srp.TLogoutNoReason
+	if why == "replaced by SINGLE login of the same I_T nexus" {
+		reason = srp.TLogoutMultiChannelAction
+	}
+	select {
+	case c.closeReq <- closeRequest{kind: kind, reason: reason, why: why}:
+	default:
+	}
+}
+
+func (c *channel) info() SessionInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snap
+}
+
+func (c *channel) recvSlot(i int) []byte {
+	off := c.recvBase + i*c.recvStride + c.recvAlign
+	return c.recvMR.Bytes()[off : off+c.cfg.MaxReqSize]
+}
+
+func (c *channel) sendSlot(i int) []byte {
+	off := i * c.cfg.MaxRspSize
+	return c.sendMR.Bytes()[off : off+c.cfg.MaxRspSize]
+}
+
+func (c *channel) postRecv(slots ...int) {
+	if c.state >= stateDisconnecting {
+		return
+	}
+	wrs := make([]rdma.RecvWR, len(slots))
+	for i, s := range slots {
+		wrs[i] = rdma.RecvWR{ID: uint64(s), Local: rdma.SGE{MR: c.recvMR, Offset: c.recvBase + s*c.recvStride + c.recvAlign, Length: c.cfg.MaxReqSize}}
+	}
+	if err := c.conn.PostRecv(wrs...); err != nil {
+		c.log.Warn("post receive failed", "err", err)
+		c.closeNow("post receive failed")
+	}
+}
+
+// run drives the channel until it is released. established is true when
+// the login was in the connect request (the channel goes LIVE at once).
+func (c *channel) run(conn rdma.Conn, established bool) {
+	c.conn = conn
+	caps := conn.Caps()
+	c.sqAvail = caps.SendDepth
+	if c.sqAvail <= 0 {
+		c.sqAvail = c.cfg.SQSize
+	}
+	c.ordAvail = caps.ORD
+	if c.ordAvail <= 0 {
+		c.ordAvail = 1
+	}
+	slots := make([]int, c.nRecv)
+	for i := range slots {
+		slots[i] = i
+	}
+	c.postRecv(slots...)
+	go c.poll()
+	c.log.Info("channel connected", "remote", addrString(conn.RemoteAddr()), "imm", c.immOffset > 0, "established", established)
+	if established {
+		c.transition(evEstablished)
+	}
+	c.updateSnap()
+	for c.state != stateDisconnected {
+		select {
+		case ev := <-c.events:
+			c.handle(ev)
+		case req := <-c.closeReq:
+			c.onClose(req)
+		case <-conn.Done():
+			if c.state < stateDraining {
+				c.log.Info("connection down", "err", conn.Err())
+				c.transition(evConnDown)
+			}
+		}
+		c.checkDrained()
+		c.updateSnap()
+	}
+}
+
+func (c *channel) poll() {
+	buf := make([]rdma.Completion, 64)
+	for {
+		n, err := c.conn.Poll(context.Background(), buf)
+		if n > 0 {
+			comps := make([]rdma.Completion, n)
+			copy(comps, buf[:n])
+			c.events <- event{comps: comps}
+		}
+		if err != nil {
+			c.events <- event{pollDone: true}
+			return
+		}
+	}
+}
+
+func (c *channel) updateSnap() {
+	c.stateMirr.Store(int32(c.state))
+	c.mu.Lock()
+	c.snap = SessionInfo{
+		Channel:     c.id,
+		Remote:      addrString(c.conn.RemoteAddr()),
+		State:       c.state.String(),
+		ReqLim:      c.cred.held,
+		Outstanding: c.nCmds,
+		Immediate:   c.immOffset > 0,
+	}
+	if c.nx != nil {
+		c.snap.InitiatorPort = c.nx.key
+	}
+	c.mu.Unlock()
+}
+
+// transition feeds the pure state machine and carries out its effects.
+func (c *channel) transition(ev chanEvent) {
+	next, eff := step(c.state, ev)
+	if next != c.state {
+		c.log.Debug("channel state", "from", c.state, "to", next, "event", ev)
+	}
+	c.state = next
+	c.stateMirr.Store(int32(next))
+	if eff&effAbortCommands != 0 {
+		c.stop()
+		c.readQ = nil
+		c.sendQ = nil
+	}
+	if eff&effDisconnect != 0 {
+		_ = c.conn.Close()
+	}
+	if eff&effRunWaitList != 0 {
+		c.runWait()
+	}
+	if eff&effRelease != 0 {
+		c.release()
+	}
+}
+
+func (c *channel) checkDrained() {
+	if c.state == stateDraining && c.pollDone && c.executing == 0 {
+		c.transition(evDrained)
+	}
+}
+
+// closeNow closes without a T_LOGOUT (transport failure, I_LOGOUT).
+func (c *channel) closeNow(why string) {
+	if c.state < stateDisconnecting {
+		c.log.Info("closing channel", "why", why)
+	}
+	c.transition(evClose)
+}
+
+func (c *channel) onClose(req closeRequest) {
+	if req.kind == closeTLogout {
+		c.logout(req.reason, req.why)
+		return
+	}
+	c.closeNow(req.why)
+}
+
+// logout sends SRP_T_LOGOUT with reason and closes the channel once the
+// SEND completed or LogoutTimeout passed (T10 SRP r16a §6.6).
+func (c *channel) logout(reason srp.TLogoutReason, why string) {
+	if c.state != stateLive {
+		c.closeNow(why)
+		return
+	}
+	c.log.Info("logging out channel", "why", why, "reason", reason)
+	c.transition(evLogout)
+	c.pendClose = true
+	c.sendTLogout(reason)
+	c.armLogoutTimer()
+}
+
+// sendTLogout queues SRP_T_LOGOUT on the reserved send context; the channel
+// closes when it completes (or the logout timer fires).
+func (c *channel) sendTLogout(reason srp.TLogoutReason) {
+	b := c.sendSlot(c.cfg.RQSize + sendLogout)
+	iu, _ := (&srp.TLogout{SolNot: solBit(c.loginFlags&srp.LoginLOSOLNT != 0), Reason: reason}).AppendTo(b[:0])
+	c.queueSend(c.cfg.RQSize+sendLogout, len(iu), c.loginFlags&srp.LoginLOSOLNT != 0, &wrRec{kind: wrLogout, send: -1}, nil)
+}
+
+func solBit(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// release frees every resource of a drained channel.
+func (c *channel) release() {
+	c.stop()
+	for mr := range c.inUse {
+		_ = mr.Deregister()
+	}
+	for _, l := range c.pool {
+		for _, mr := range l {
+			_ = mr.Deregister()
+		}
+	}
+	c.inUse, c.pool = nil, nil
+	_ = c.recvMR.Deregister()
+	_ = c.sendMR.Deregister()
+	p := c.port
+	p.mu.Lock()
+	p.removeChannelLocked(c)
+	if c.nx != nil {
+		p.dropNexusLocked(c.nx)
+	}
+	p.mu.Unlock()
+	close(c.done)
+	c.log.Info("channel released")
+}
+
+func (c *channel) handle(ev event) {
+	switch {
+	case ev.comps != nil:
+		for i := range ev.comps {
+			c.onCompletion(&ev.comps[i])
+		}
+		c.pump()
+	case ev.pollDone:
+		c.pollDone = true
+		if c.state < stateDraining {
+			c.transition(evConnDown)
+		}
+	case ev.cmd != nil:
+		c.executing--
+		c.onExecuted(ev.cmd, ev.res)
+		c.pump()
+	case ev.tmf != nil:
+		c.executing--
+		c.sendTMFRsp(ev.tmf)
+		c.pump()
+	case ev.tick:
+		if c.pendClose && c.state == stateDisconnecting {
+			c.log.Debug("logout SEND not completed in time")
+			c.transition(evLogoutSent)
+		}
+	}
+}
+
+func (c *channel) onCompletion(wc *rdma.Completion) {
+	if wc.ID&wrSendBit == 0 {
+		c.onRecv(wc)
+		return
+	}
+	rec := c.wrs[wc.ID]
+	if rec == nil {
+		c.log.Warn("completion for unknown work request", "id", wc.ID, "op", wc.Op)
+		return
+	}
+	delete(c.wrs, wc.ID)
+	c.sqAvail += rec.cost
+	if rec.kind == wrRead {
+		c.ordAvail++
+	}
+	if wc.Status != rdma.StatusSuccess {
+		if wc.Status != rdma.StatusFlushed {
+			c.log.Warn("work request failed", "op", wc.Op, "status", wc.Status, "err", wc.Err)
+		}
+		c.closeNow("work request failed")
+	}
+	ok := wc.Status == rdma.StatusSuccess
+	switch rec.kind {
+	case wrRead:
+		c.onReadDone(rec.cmd, ok)
+	case wrRsp:
+		c.freeCommand(rec.cmd)
+	case wrTMFRsp:
+		c.freeTMF(rec.tmf)
+	case wrCredReq:
+		c.credReqOut = ok && c.credReqOut
+		if !ok {
+			c.credReqOut = false
+		}
+	case wrLogout:
+		if c.pendClose {
+			c.transition(evLogoutSent)
+		}
+	case wrWrites:
+	}
+}
+
+// onRecv handles one receive completion.
+func (c *channel) onRecv(wc *rdma.Completion) {
+	slot := int(wc.ID)
+	if wc.Status != rdma.StatusSuccess {
+		if wc.Status != rdma.StatusFlushed {
+			c.log.Warn("receive failed", "status", wc.Status, "err", wc.Err)
+			c.closeNow("receive failed")
+		}
+		return
+	}
+	if slot < 0 || slot >= c.nRecv {
+		c.log.Error("receive completion for unknown slot", "slot", slot)
+		return
+	}
+	if c.state >= stateDisconnecting {
+		return
+	}
+	c.setRecvLen(slot, wc.ByteLen)
+	if c.state == stateConnecting && c.nx == nil {
+		c.onLoginIU(slot)
+		return
+	}
+	c.wait = append(c.wait, slot)
+	c.runWait()
+}
+
+// recvLens holds the received length per slot.
+func (c *channel) setRecvLen(slot, n int) {
+	if c.recvLens == nil {
+		c.recvLens = make([]int, c.nRecv)
+	}
+	c.recvLens[slot] = n
+}
+
+func (c *channel) iu(slot int) []byte {
+	n := c.recvLens[slot]
+	b := c.recvSlot(slot)
+	if n > len(b) {
+		n = len(b)
+	}
+	return b[:n]
+}
+
+// runWait dispatches parked IUs in arrival order until one cannot run.
+func (c *channel) runWait() {
+	for len(c.wait) > 0 && c.state == stateLive {
+		if !c.dispatch(c.wait[0]) {
+			return
+		}
+		c.wait = c.wait[1:]
+	}
+}
+
+// dispatch starts one IU. It returns false when the IU must stay parked
+// (no free send context for its response).
+func (c *channel) dispatch(slot int) bool {
+	b := c.iu(slot)
+	if len(b) == 0 {
+		c.log.Warn("empty IU")
+		c.postRecv(slot)
+		return true
+	}
+	op := srp.Opcode(b[0])
+	switch op {
+	case srp.OpCmd, srp.OpTskMgmt:
+		if len(c.freeSend) == 0 {
+			return false
+		}
+		if !c.cred.request() && !c.warnedLim {
+			c.warnedLim = true
+			c.log.Warn("initiator sent a request without credit (req_lim 0); processing it anyway", "op", op)
+		}
+		send := c.freeSend[len(c.freeSend)-1]
+		c.freeSend = c.freeSend[:len(c.freeSend)-1]
+		c.nCmds++
+		if op == srp.OpCmd {
+			c.startCmd(slot, send, b)
+		} else {
+			c.startTMF(slot, send, b)
+		}
+	case srp.OpILogout:
+		c.log.Info("initiator logout")
+		c.postRecv(slot)
+		c.closeNow("SRP_I_LOGOUT")
+	case srp.OpCredRsp, srp.OpAerRsp:
+		if op == srp.OpCredRsp {
+			c.credReqOut = false
+		}
+		c.postRecv(slot)
+		c.maybeCredReq()
+	default:
+		c.log.Warn("unexpected IU; logging out the channel", "op", op, "len", len(b))
+		c.postRecv(slot)
+		c.logout(srp.TLogoutInvalidIUType, "invalid IU type "+op.String())
+	}
+	return true
+}
+
+// freeSendCtx returns a response send context and replays parked IUs.
+func (c *channel) freeSendCtx(i int) {
+	if i >= 0 && i < c.cfg.RQSize {
+		c.freeSend = append(c.freeSend, i)
+		c.nCmds--
+	}
+}
+
+// done with one command or TMF: repost its receive buffer and free its send
+// context.
+func (c *channel) freeCommand(cmd *command) {
+	if c.cmds[cmd.tag] == cmd {
+		delete(c.cmds, cmd.tag)
+	}
+	c.putBuf(cmd.outMR)
+	c.putBuf(cmd.inMR)
+	c.putBuf(cmd.tableMR)
+	cmd.outMR, cmd.inMR, cmd.tableMR = nil, nil, nil
+	c.postRecv(cmd.slot)
+	c.freeSendCtx(cmd.send)
+	for _, t := range cmd.waiters {
+		t.waitFor--
+		if t.waitFor == 0 {
+			c.tmfReady(t)
+		}
+	}
+	cmd.waiters = nil
+	c.runWait()
+	c.maybeCredReq()
+}
+
+func (c *channel) freeTMF(t *tmfOp) {
+	c.postRecv(t.slot)
+	c.freeSendCtx(t.send)
+	c.runWait()
+	c.maybeCredReq()
+}
+
+// maybeCredReq sends SRP_CRED_REQ when credit has accumulated and no
+// request is outstanding whose response could carry it (T10 SRP r16a §6.10).
+func (c *channel) maybeCredReq() {
+	if c.state != stateLive || c.credReqOut || c.cred.owed == 0 || c.nCmds > 0 || len(c.wait) > 0 {
+		return
+	}
+	c.credReqOut = true
+	c.credTag++
+	delta := c.cred.credReq()
+	b := c.sendSlot(c.cfg.RQSize + sendCredReq)
+	sol := c.loginFlags&srp.LoginCRSOLNT != 0
+	iu, _ := (&srp.CredReq{SolNot: solBit(sol), ReqLimDelta: uint32(delta), Tag: c.credTag}).AppendTo(b[:0])
+	c.queueSend(c.cfg.RQSize+sendCredReq, len(iu), sol, &wrRec{kind: wrCredReq, send: -1}, nil)
+}
+
+// queueSend queues a SEND of n bytes of send context i, preceded by the
+// RDMA WRITEs in writes (unsignaled, so RC ordering places the data before
+// the response), and pumps the send queue.
+func (c *channel) queueSend(i, n int, solicited bool, rec *wrRec, writes []rdma.SendWR) {
+	send := rdma.SendWR{
+		Op:        rdma.OpSend,
+		Local:     []rdma.SGE{{MR: c.sendMR, Offset: i * c.cfg.MaxRspSize, Length: n}},
+		Signaled:  true,
+		Solicited: solicited,
+	}
+	// Long write lists go in chunks whose last write is signaled, so that
+	// no batch needs more than half the send queue.
+	chunk := c.sqDepth() / 2
+	if chunk < 1 {
+		chunk = 1
+	}
+	for len(writes) >= chunk {
+		w := writes[:chunk]
+		writes = writes[chunk:]
+		w[len(w)-1].Signaled = true
+		c.sendQ = append(c.sendQ, &sendBatch{wrs: w, rec: &wrRec{kind: wrWrites, cost: len(w), send: -1}, cost: len(w)})
+	}
+	wrs := append(writes, send)
+	rec.cost = len(wrs)
+	c.sendQ = append(c.sendQ, &sendBatch{wrs: wrs, rec: rec, cost: len(wrs)})
+	c.pump()
+}
+
+func (c *channel) sqDepth() int {
+	d := c.conn.Caps().SendDepth
+	if d <= 0 {
+		d = c.cfg.SQSize
+	}
+	return d
+}
+
+// pump posts queued RDMA READs (bounded by the send queue and ORD) and
+// send batches (bounded by the send queue), in order.
+func (c *channel) pump() {
+	if c.state >= stateDraining || c.state == stateDisconnecting && !c.pendClose {
+		return
+	}
+	for len(c.readQ) > 0 && c.sqAvail > 0 && c.ordAvail > 0 && c.state == stateLive {
+		r := c.readQ[0]
+		if r.cmd.readErr {
+			c.readQ = c.readQ[1:]
+			continue
+		}
+		c.nextWR++
+		id := wrSendBit | c.nextWR
+		r.wr.ID = id
+		if err := c.conn.PostSend(r.wr); err != nil {
+			if errors.Is(err, rdma.ErrQueueFull) {
+				break
+			}
+			c.log.Warn("post RDMA READ failed", "err", err)
+			c.closeNow("post failed")
+			return
+		}
+		c.readQ = c.readQ[1:]
+		c.wrs[id] = &wrRec{kind: wrRead, cost: 1, cmd: r.cmd, send: -1}
+		c.sqAvail--
+		c.ordAvail--
+	}
+	for len(c.sendQ) > 0 && c.sqAvail >= c.sendQ[0].cost {
+		b := c.sendQ[0]
+		c.nextWR++
+		id := wrSendBit | c.nextWR
+		for i := range b.wrs {
+			b.wrs[i].ID = id
+		}
+		if err := c.conn.PostSend(b.wrs...); err != nil {
+			if errors.Is(err, rdma.ErrQueueFull) {
+				break
+			}
+			c.log.Warn("post send failed", "err", err)
+			c.closeNow("post failed")
+			return
+		}
+		c.sendQ = c.sendQ[1:]
+		c.wrs[id] = b.rec
+		c.sqAvail -= b.cost
+	}
+}
+
+// getBuf returns a registered buffer of at least n bytes (local write
+// access, for RDMA READ sinks and RDMA WRITE sources).
+func (c *channel) getBuf(n int) (rdma.MemoryRegion, error) {
+	class := 4096
+	for class < n {
+		class <<= 1
+	}
+	if l := c.pool[class]; len(l) > 0 {
+		mr := l[len(l)-1]
+		c.pool[class] = l[:len(l)-1]
+		c.inUse[mr] = struct{}{}
+		return mr, nil
+	}
+	mr, err := c.port.register(make([]byte, class), rdma.AccessLocalWrite)
+	if err != nil {
+		return nil, err
+	}
+	c.inUse[mr] = struct{}{}
+	return mr, nil
+}
+
+const poolPerClass = 16
+
+func (c *channel) putBuf(mr rdma.MemoryRegion) {
+	if mr == nil || c.inUse == nil {
+		return
+	}
+	delete(c.inUse, mr)
+	class := len(mr.Bytes())
+	if len(c.pool[class]) < poolPerClass && class <= 1<<20 {
+		c.pool[class] = append(c.pool[class], mr)
+		return
+	}
+	_ = mr.Deregister()
+}
+
+// initiatorHex is the initiator port ID for logs.
+func (c *channel) initiatorHex() string {
+	if c.nx == nil {
+		return ""
+	}
+	return hex.EncodeToString(c.nx.initiator[:])
+}

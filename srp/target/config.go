@@ -1,0 +1,130 @@
+package target
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Defaults and limits of the tunables, after Linux ib_srpt (module
+// parameters and configfs tpg attributes).
+const (
+	DefaultMaxReqSize  = 8276    // bytes; ib_srpt srp_max_req_size
+	MinMaxReqSize      = 96      // bytes; below this an SRP_CMD with one descriptor does not fit
+	DefaultMaxRspSize  = 256     // bytes; ib_srpt srp_max_rsp_size
+	MinMaxRspSize      = 40      // bytes
+	MaxMaxRspSize      = 1024    // bytes
+	DefaultSQSize      = 4096    // work requests; ib_srpt srp_sq_size
+	DefaultRQSize      = 128     // IUs; ib_srpt rq_size = min(128, max_qp_wr)
+	DefaultMaxRDMASize = 1 << 20 // bytes per RDMA READ/WRITE work request
+	DefaultMaxDataLen  = 16 << 20
+	DefaultMaxChannels = 16
+)
+
+// Config configures one SRP target port. Zero fields take the defaults
+// above.
+type Config struct {
+	// ServiceGUID is the port's identity: id_ext and ioc_guid of the SRP
+	// target port ID (T10 SRP r16a §4.5: target port ID = id_ext ||
+	// ioc_guid) and, on InfiniBand, the CM service ID.
+	ServiceGUID uint64
+	// Name names the port in logs and the admin API.
+	Name string
+	// RelativePort is the SPC-4 relative target port identifier, 1-based
+	// (0 means 1).
+	RelativePort uint16
+
+	// MaxReqSize is the largest IU the initiator may send, in bytes
+	// (LOGIN_RSP max_it_iu_len). It sizes each receive buffer.
+	MaxReqSize int
+	// MaxRspSize is the largest IU the target sends, in bytes. It sizes
+	// each send buffer; sense data is truncated to fit.
+	MaxRspSize int
+	// SQSize is the send queue depth in work requests (RDMA READ/WRITE and
+	// SEND).
+	SQSize int
+	// RQSize is the receive ring size in IUs; it is also the initial
+	// request limit (LOGIN_RSP req_lim_delta).
+	RQSize int
+	// MaxRDMASize is the most bytes one RDMA READ or WRITE work request
+	// moves; longer descriptors are split.
+	MaxRDMASize int
+	// MaxDataLen is the largest data buffer of one command, in bytes.
+	// Larger descriptors get CHECK CONDITION, INVALID FIELD IN CDB.
+	MaxDataLen int
+	// MaxChannels is the most channels one I_T nexus may open (LOGIN_REJ
+	// 0x10006 beyond it).
+	MaxChannels int
+	// NoMultichannel refuses MULTI logins (LOGIN_REJ 0x10005).
+	NoMultichannel bool
+	// NoImmediateData refuses SRP-2 immediate data (IMMED_SUPP is not set in
+	// the LOGIN_RSP).
+	NoImmediateData bool
+
+	// DemoMode admits every initiator, with every LUN of the core visible.
+	DemoMode bool
+	// ACLs admit initiators when DemoMode is off; the first match wins.
+	ACLs []ACL
+
+	// LogoutTimeout bounds how long a close waits for the SRP_T_LOGOUT
+	// send to complete before tearing the connection down. Zero means 2 s.
+	LogoutTimeout time.Duration
+	// Logger receives the port's log; nil discards.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxReqSize == 0 {
+		c.MaxReqSize = DefaultMaxReqSize
+	}
+	if c.MaxRspSize == 0 {
+		c.MaxRspSize = DefaultMaxRspSize
+	}
+	if c.SQSize == 0 {
+		c.SQSize = DefaultSQSize
+	}
+	if c.RQSize == 0 {
+		c.RQSize = DefaultRQSize
+	}
+	if c.MaxRDMASize == 0 {
+		c.MaxRDMASize = DefaultMaxRDMASize
+	}
+	if c.MaxDataLen == 0 {
+		c.MaxDataLen = DefaultMaxDataLen
+	}
+	if c.MaxChannels == 0 {
+		c.MaxChannels = DefaultMaxChannels
+	}
+	if c.RelativePort == 0 {
+		c.RelativePort = 1
+	}
+	if c.LogoutTimeout == 0 {
+		c.LogoutTimeout = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Validate checks the tunables; the error names the field.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	switch {
+	case c.MaxReqSize < MinMaxReqSize || c.MaxReqSize > 1<<20:
+		return fmt.Errorf("max_req_size: %d bytes out of range %d..%d", c.MaxReqSize, MinMaxReqSize, 1<<20)
+	case c.MaxRspSize < MinMaxRspSize || c.MaxRspSize > MaxMaxRspSize:
+		return fmt.Errorf("max_rsp_size: %d bytes out of range %d..%d", c.MaxRspSize, MinMaxRspSize, MaxMaxRspSize)
+	case c.SQSize < 4 || c.SQSize > 65535:
+		return fmt.Errorf("sq_size: %d work requests out of range 4..65535", c.SQSize)
+	case c.RQSize < 2 || c.RQSize > 65535:
+		return fmt.Errorf("rq_size: %d IUs out of range 2..65535", c.RQSize)
+	case c.MaxRDMASize < 4096 || c.MaxRDMASize > 1<<30:
+		return fmt.Errorf("max_rdma_size: %d bytes out of range 4096..%d", c.MaxRDMASize, 1<<30)
+	case c.MaxDataLen < 4096 || c.MaxDataLen > 1<<30:
+		return fmt.Errorf("max_data_len: %d bytes out of range 4096..%d", c.MaxDataLen, 1<<30)
+	case c.MaxChannels < 1:
+		return fmt.Errorf("max_channels: %d must be at least 1", c.MaxChannels)
+	}
+	return nil
+}

@@ -1,0 +1,447 @@
+package target
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/srp"
+)
+
+// Core is the SCSI target core as the SRP target uses it: one session per
+// I_T nexus.
+type Core interface {
+	// OpenSession opens the core's view of nexus n. luns maps the LUN the
+	// initiator addresses to a logical unit name (ACL.LUNs); nil exposes
+	// every logical unit under the core's own numbering. An error refuses
+	// the login (LOGIN_REJ 0x10006).
+	OpenSession(n scsi.Nexus, luns map[uint64]string) (scsi.Session, error)
+}
+
+// ErrPortClosed is returned by Serve after Close.
+var ErrPortClosed = errors.New("srp target: port closed")
+
+// Port is one SRP target port: its identity (the service GUID), its
+// channels grouped by I_T nexus, and the login policy. A Port serves any
+// number of rdma.Listeners (Serve) and is safe for concurrent use.
+type Port struct {
+	cfg  Config
+	dev  rdma.Device
+	core Core
+	log  *slog.Logger
+	id   srp.PortID
+
+	mu       sync.Mutex
+	enabled  bool
+	closed   bool
+	nexuses  map[string]*nexus
+	channels map[*channel]struct{}
+	nextCh   uint64
+	wg       sync.WaitGroup // running channels
+}
+
+// nexus is one I_T nexus: the channels of one initiator port ID to this
+// target port, and the SCSI core session they share.
+type nexus struct {
+	key       string // 32 hex digits of the initiator port ID
+	initiator srp.PortID
+	sess      scsi.Session
+	channels  []*channel
+}
+
+// NewPort creates an enabled target port whose channels register their
+// rings and data buffers on dev; serve it with listeners of dev. The
+// configuration is validated; errors name the field.
+func NewPort(cfg Config, dev rdma.Device, core Core) (*Port, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if core == nil || dev == nil {
+		return nil, errors.New("srp target: NewPort needs a device and a Core")
+	}
+	cfg = cfg.withDefaults()
+	p := &Port{
+		cfg:      cfg,
+		dev:      dev,
+		core:     core,
+		log:      cfg.Logger.With("port", fmt.Sprintf("%016x", cfg.ServiceGUID)),
+		enabled:  true,
+		nexuses:  map[string]*nexus{},
+		channels: map[*channel]struct{}{},
+	}
+	binary.BigEndian.PutUint64(p.id[0:8], cfg.ServiceGUID)
+	binary.BigEndian.PutUint64(p.id[8:16], cfg.ServiceGUID)
+	return p, nil
+}
+
+// ID is the target port ID: id_ext || ioc_guid, both the service GUID.
+func (p *Port) ID() srp.PortID { return p.id }
+
+// Config returns the port's configuration with defaults filled in.
+func (p *Port) Config() Config { return p.cfg }
+
+// SetEnabled enables or disables the port. Disabling sends SRP_T_LOGOUT on
+// and closes every channel; logins are then rejected with 0x10001 (as
+// ib_srpt's tpg enable attribute).
+func (p *Port) SetEnabled(on bool) {
+	p.mu.Lock()
+	p.enabled = on
+	var chs []*channel
+	if !on {
+		for c := range p.channels {
+			chs = append(chs, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range chs {
+		c.requestClose(closeTLogout, "port disabled")
+	}
+}
+
+// Enabled reports whether logins are accepted.
+func (p *Port) Enabled() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.enabled
+}
+
+// Serve accepts connect requests from l until ctx ends, l fails or the port
+// is closed; each request is handled in its own goroutine. It returns the
+// listener's error (ctx.Err() on cancellation). Serve does not close l.
+func (p *Port) Serve(ctx context.Context, l rdma.Listener) error {
+	for {
+		req, err := l.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return ErrPortClosed
+			}
+			return err
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
+			continue
+		}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		go func() {
+			defer p.wg.Done()
+			p.HandleConnRequest(ctx, req)
+		}()
+	}
+}
+
+// Close disables the port, logs out every channel (SRP_T_LOGOUT), and waits
+// until every channel has drained and released its resources or ctx ends.
+func (p *Port) Close(ctx context.Context) error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.SetEnabled(false)
+	done := make(chan struct{})
+	go func() { p.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SessionInfo describes one channel for the admin API.
+type SessionInfo struct {
+	Channel       uint64 // channel number, unique within the port
+	InitiatorPort string // 32 hex digits
+	Remote        string // transport address of the initiator
+	State         string // channel state (LIVE, ...)
+	ReqLim        int    // credits the initiator holds, in IUs
+	Outstanding   int    // commands in progress
+	Immediate     bool   // immediate data negotiated
+}
+
+// Sessions lists the port's channels.
+func (p *Port) Sessions() []SessionInfo {
+	p.mu.Lock()
+	chs := make([]*channel, 0, len(p.channels))
+	for c := range p.channels {
+		chs = append(chs, c)
+	}
+	p.mu.Unlock()
+	out := make([]SessionInfo, 0, len(chs))
+	for _, c := range chs {
+		out = append(out, c.info())
+	}
+	return out
+}
+
+// RemoveSession logs out (SRP_T_LOGOUT) and closes every channel of the
+// initiator port ID given as 32 hex digits, or the single channel whose
+// number is given in decimal. It reports whether anything matched.
+func (p *Port) RemoveSession(name string) bool {
+	p.mu.Lock()
+	var chs []*channel
+	for c := range p.channels {
+		if c.nx != nil && c.nx.key == name || fmt.Sprint(c.id) == name {
+			chs = append(chs, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range chs {
+		c.requestClose(closeTLogout, "removed by admin")
+	}
+	return len(chs) > 0
+}
+
+func rejectIU(tag uint64, reason srp.RejectReason) []byte {
+	b, _ := (&srp.LoginReject{Reason: reason, Tag: tag, BufFmt: srp.BufFmtDirect | srp.BufFmtIndirect}).Marshal()
+	return b
+}
+
+// HandleConnRequest decides one connect request: it validates the login in
+// the private data (the 56-byte RDMA/CM form, or a 64-byte SRP_LOGIN_REQ),
+// rejects it with an SRP_LOGIN_REJ, or accepts it with an SRP_LOGIN_RSP and
+// runs the new channel until it is released. With empty private data the
+// connection is accepted and the login is expected as the first IU.
+func (p *Port) HandleConnRequest(ctx context.Context, req rdma.ConnRequest) {
+	pd := req.PrivateData()
+	log := p.log.With("remote", addrString(req.RemoteAddr()))
+	if len(pd) == 0 {
+		p.acceptIUForm(ctx, req, log)
+		return
+	}
+	var lr *srp.LoginRequest
+	var err error
+	if len(pd) >= srp.LoginReqSize && pd[0] == byte(srp.OpLoginReq) && pd[11] != byte(srp.OpLoginReq) {
+		lr, err = srp.UnmarshalLoginRequest(pd)
+	} else {
+		lr, err = srp.UnmarshalLoginRequestRDMA(pd)
+	}
+	if err != nil {
+		log.Warn("login private data undecodable", "err", err, "len", len(pd))
+		_ = req.Reject(rejectIU(0, srp.RejUnableEstablishChannel))
+		return
+	}
+	pl, reason := p.prepareLogin(lr, req.RemoteAddr(), log)
+	if reason != 0 {
+		log.Info("login rejected", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]), "reason", reason)
+		_ = req.Reject(rejectIU(lr.Tag, reason))
+		return
+	}
+	c, err := p.newChannel(pl, log)
+	if err != nil {
+		p.abandon(pl)
+		log.Error("channel setup failed", "err", err)
+		_ = req.Reject(rejectIU(lr.Tag, srp.RejInsufficientResources))
+		return
+	}
+	rsp := c.loginResponse(lr.Tag, pl.rspFlags)
+	conn, err := req.Accept(ctx, c.qpConfig(), rsp)
+	if err != nil {
+		p.abandon(pl)
+		c.freeRings()
+		log.Warn("accept failed", "err", err)
+		return
+	}
+	p.closeTerminated(pl)
+	c.run(conn, true)
+}
+
+// acceptIUForm accepts a connection whose login will arrive as the first
+// IU (a 64-byte SRP_LOGIN_REQ in a SEND).
+func (p *Port) acceptIUForm(ctx context.Context, req rdma.ConnRequest, log *slog.Logger) {
+	if !p.Enabled() {
+		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
+		return
+	}
+	c, err := p.newChannel(nil, log)
+	if err != nil {
+		log.Error("channel setup failed", "err", err)
+		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
+		return
+	}
+	conn, err := req.Accept(ctx, c.qpConfig(), nil)
+	if err != nil {
+		c.freeRings()
+		log.Warn("accept failed", "err", err)
+		return
+	}
+	c.run(conn, false)
+}
+
+// pendingLogin is a validated login that holds a place in its nexus.
+type pendingLogin struct {
+	req        *srp.LoginRequest
+	nx         *nexus
+	ch         *channel // set once the channel exists
+	terminate  []*channel
+	rspFlags   srp.LoginRspFlags
+	immOffset  int // 0 when immediate data is not negotiated
+	newSession bool
+}
+
+// prepareLogin validates a login request in the order ib_srpt does
+// (srpt_cm_req_recv) plus the buffer-format and multichannel checks, and
+// reserves the channel's place in its I_T nexus. It returns the reject
+// reason, or 0 and the prepared login.
+func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Logger) (*pendingLogin, srp.RejectReason) {
+	if lr.ReqITIULen < srp.LoginReqSize || lr.ReqITIULen > uint32(p.cfg.MaxReqSize) {
+		return nil, srp.RejReqITIULenTooLarge
+	}
+	p.mu.Lock()
+	enabled := p.enabled && !p.closed
+	p.mu.Unlock()
+	if !enabled {
+		return nil, srp.RejInsufficientResources
+	}
+	if lr.TargetPortID != p.id {
+		return nil, srp.RejUnableAssociateChannel
+	}
+	if lr.ReqBufFmt&^(srp.BufFmtDirect|srp.BufFmtIndirect) != 0 {
+		return nil, srp.RejUnsupportedDescFmt
+	}
+	multi := lr.ReqFlags&srp.MultiChanMask == srp.MultiChanMulti
+	if lr.ReqFlags&srp.MultiChanMask > srp.MultiChanMulti || multi && p.cfg.NoMultichannel {
+		return nil, srp.RejMultiChannelUnsupported
+	}
+	var luns map[uint64]string
+	if !p.cfg.DemoMode {
+		acl := p.findACL(lr.InitiatorPortID, remote)
+		if acl == nil {
+			log.Info("no ACL for initiator", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]))
+			return nil, srp.RejChannelLimitReached
+		}
+		luns = acl.LUNs
+	}
+
+	pl := &pendingLogin{req: lr}
+	if lr.ReqFlags&srp.LoginImmRequested != 0 && !p.cfg.NoImmediateData &&
+		lr.ImmDataOffset >= srp.CmdSize && uint32(lr.ImmDataOffset) < lr.ReqITIULen {
+		pl.immOffset = int(lr.ImmDataOffset)
+		pl.rspFlags |= srp.LoginRspImmSupp
+	}
+
+	key := hex.EncodeToString(lr.InitiatorPortID[:])
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	nx := p.nexuses[key]
+	if nx == nil {
+		nexusID := scsi.Nexus{
+			InitiatorPortID:    key,
+			TargetPortID:       hex.EncodeToString(p.id[:]),
+			RelativeTargetPort: p.cfg.RelativePort,
+			TransportID:        transportID(lr.InitiatorPortID),
+		}
+		sess, err := p.core.OpenSession(nexusID, luns)
+		if err != nil {
+			log.Warn("SCSI session refused", "initiator", key, "err", err)
+			return nil, srp.RejChannelLimitReached
+		}
+		nx = &nexus{key: key, initiator: lr.InitiatorPortID, sess: sess}
+		p.nexuses[key] = nx
+		pl.newSession = true
+	}
+	live := 0
+	for _, c := range nx.channels {
+		if !c.closing() {
+			live++
+		}
+	}
+	if multi {
+		pl.rspFlags |= srp.LoginRspMaintained
+		if live >= p.cfg.MaxChannels {
+			p.dropNexusLocked(nx)
+			return nil, srp.RejChannelLimitReached
+		}
+	} else {
+		for _, c := range nx.channels {
+			if !c.closing() {
+				pl.terminate = append(pl.terminate, c)
+			}
+		}
+		if len(pl.terminate) > 0 {
+			pl.rspFlags |= srp.LoginRspTerminated
+		}
+	}
+	pl.nx = nx
+	return pl, 0
+}
+
+// abandon undoes prepareLogin after a failed accept.
+func (p *Port) abandon(pl *pendingLogin) {
+	if pl == nil || pl.nx == nil {
+		return
+	}
+	p.mu.Lock()
+	if pl.ch != nil {
+		p.removeChannelLocked(pl.ch)
+	}
+	p.dropNexusLocked(pl.nx)
+	p.mu.Unlock()
+}
+
+// closeTerminated closes the channels a SINGLE login replaced.
+func (p *Port) closeTerminated(pl *pendingLogin) {
+	for _, c := range pl.terminate {
+		c.requestClose(closeTLogout, "replaced by SINGLE login of the same I_T nexus")
+	}
+}
+
+func (p *Port) findACL(id srp.PortID, remote net.Addr) *ACL {
+	for i := range p.cfg.ACLs {
+		if p.cfg.ACLs[i].Initiator.Matches(id, remote) {
+			return &p.cfg.ACLs[i]
+		}
+	}
+	return nil
+}
+
+// dropNexusLocked closes the nexus's SCSI session when no channel uses it.
+func (p *Port) dropNexusLocked(nx *nexus) {
+	if len(nx.channels) > 0 || p.nexuses[nx.key] != nx {
+		return
+	}
+	delete(p.nexuses, nx.key)
+	go nx.sess.Close()
+}
+
+func (p *Port) removeChannelLocked(c *channel) {
+	delete(p.channels, c)
+	if nx := c.nx; nx != nil {
+		for i, o := range nx.channels {
+			if o == c {
+				nx.channels = append(nx.channels[:i], nx.channels[i+1:]...)
+				break
+			}
+		}
+	}
+}
+
+// transportID is the SPC-4 §7.6.4.5 SRP TransportID: protocol identifier 4
+// in byte 0 (format code 0), the initiator port identifier in bytes 8-23.
+func transportID(id srp.PortID) []byte {
+	b := make([]byte, 24)
+	b[0] = 0x04
+	copy(b[8:], id[:])
+	return b
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
