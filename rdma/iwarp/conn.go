@@ -1,0 +1,391 @@
+package iwarp
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gosrp/gosrp/rdma"
+)
+
+// readerBufSize is the receive buffer of a connection, in bytes. Payloads
+// larger than what is buffered are read straight into the target region.
+const readerBufSize = 32 << 10
+
+// terminateWriteTimeout bounds sending the final Terminate to a peer that
+// does not read.
+const terminateWriteTimeout = 2 * time.Second
+
+// Send queue entry states.
+const (
+	sqQueued = iota // waiting for or being transmitted
+	sqSent          // RDMA Read Request transmitted, response not complete
+	sqDone          // finished (State in status)
+)
+
+// sqEntry is one posted send work request.
+type sqEntry struct {
+	wr     rdma.SendWR // Local is not used: sgl holds a copy
+	sgl    []rdma.SGE
+	length int // bytes (sum of the SGEs)
+	state  uint8
+	sent   bool // transmitted by the writer
+	status rdma.Status
+	err    error
+	// RDMA Read: the Data Sink advertised in the request, and the bytes
+	// placed so far (reader goroutine only).
+	sinkSTag uint32
+	sinkTO   uint64
+	placed   int
+}
+
+// inboundRead is an RDMA Read Request from the peer awaiting its response
+// (the IRD queue, answered in order).
+type inboundRead struct {
+	sinkSTag uint32
+	sinkTO   uint64
+	data     []byte // the source bytes, checked at request time
+}
+
+// conn is an established iWARP connection (QP, its CQ and the TCP stream).
+type conn struct {
+	dev        *Device
+	nc         net.Conn
+	log        *slog.Logger
+	caps       rdma.Caps
+	crc        bool
+	maxPayload int
+
+	br *bufio.Reader
+	rx rxState // reader goroutine only (after start)
+	tx txState // writer goroutine only (after start)
+
+	mu       sync.Mutex
+	sq       []sqEntry // ring, SendDepth entries
+	sqHead   int
+	sqLen    int // entries posted and not completed
+	sqNext   int // ring index of the next entry to transmit
+	sqUntx   int // entries not yet taken by the writer
+	readsOut int // RDMA Reads posted and not completed (ORD)
+	orq      []int
+	orqHead  int // ring over orq: sq indices of Reads in post order
+	orqLen   int
+	rq       []rdma.RecvWR // ring, RecvDepth entries
+	rqHead   int
+	rqLen    int
+	rxBusy   bool   // a receive WR is taken by a multi-segment Send in progress
+	rxBusyID uint64 // ... its ID
+	irq      []inboundRead
+	irqHead  int
+	irqLen   int
+	irqTx    int // entries of irq taken by the writer
+	cq       []rdma.Completion
+	err      error
+	term     *termInfo // Terminate the writer sends before closing
+
+	txWake    chan struct{}
+	cqWake    chan struct{}
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+var _ rdma.Conn = (*conn)(nil)
+
+func newConn(d *Device, nc net.Conn, q rdma.QPConfig, caps rdma.Caps, crc bool) *conn {
+	c := &conn{
+		dev: d, nc: nc, log: d.log, caps: caps, crc: crc, maxPayload: d.cfg.MaxFPDUPayload,
+		br:  bufio.NewReaderSize(nc, readerBufSize),
+		sq:  make([]sqEntry, q.SendDepth),
+		orq: make([]int, max(caps.ORD, 1)),
+		rq:  make([]rdma.RecvWR, q.RecvDepth),
+		// One more than IRD: the RTR Read in peer-to-peer mode.
+		irq:    make([]inboundRead, caps.IRD+1),
+		txWake: make(chan struct{}, 1),
+		cqWake: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	c.rx.init()
+	c.tx.init(c)
+	return c
+}
+
+// start runs the reader and writer goroutines.
+func (c *conn) start() {
+	c.wg.Add(2)
+	go c.reader()
+	go c.writer()
+	c.kickWriter()
+}
+
+func (c *conn) Caps() rdma.Caps       { return c.caps }
+func (c *conn) LocalAddr() net.Addr   { return c.nc.LocalAddr() }
+func (c *conn) RemoteAddr() net.Addr  { return c.nc.RemoteAddr() }
+func (c *conn) Done() <-chan struct{} { return c.done }
+
+func (c *conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close tears the connection down (TCP FIN), flushes outstanding work and
+// waits for the connection's goroutines to end.
+func (c *conn) Close() error {
+	c.fail(rdma.ErrClosed, nil)
+	c.closeOnce.Do(func() {
+		c.wg.Wait()
+		c.dev.removeConn(c)
+	})
+	return nil
+}
+
+func (c *conn) kickWriter() {
+	select {
+	case c.txWake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *conn) kickPoller() {
+	select {
+	case c.cqWake <- struct{}{}:
+	default:
+	}
+}
+
+// fail takes the connection down with err (the first error wins). With a
+// Terminate, the writer sends it and then closes TCP; otherwise TCP is closed
+// now. Outstanding work completes with StatusFlushed.
+func (c *conn) fail(err error, term *termInfo) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = err
+	c.term = term
+	c.flushLocked()
+	close(c.done)
+	c.mu.Unlock()
+	c.kickPoller()
+	if term != nil {
+		c.nc.SetWriteDeadline(time.Now().Add(terminateWriteTimeout))
+		c.kickWriter()
+	} else {
+		c.closeTCP()
+	}
+	if !errors.Is(err, rdma.ErrClosed) {
+		c.log.Debug("iwarp: connection down", "remote", c.nc.RemoteAddr(), "err", err)
+	}
+}
+
+func (c *conn) closeTCP() {
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	c.nc.Close()
+}
+
+// terminate reports a protocol violation found on receive: a Terminate goes
+// to the peer and the connection goes down with a local *TerminateError.
+func (c *conn) terminate(t *termInfo) {
+	if t.Detail == "" {
+		t.Detail = termName(t.Layer, t.Type, t.Code)
+	} else {
+		t.Detail = termName(t.Layer, t.Type, t.Code) + ": " + t.Detail
+	}
+	c.fail(t.err(true), t)
+}
+
+// flushLocked completes everything outstanding with StatusFlushed.
+func (c *conn) flushLocked() {
+	for i := 0; i < c.sqLen; i++ {
+		e := &c.sq[(c.sqHead+i)%len(c.sq)]
+		if e.state != sqDone {
+			e.state = sqDone
+			e.status = rdma.StatusFlushed
+			e.err = c.err
+		}
+	}
+	c.sqUntx = 0
+	c.advanceSQLocked()
+	if c.rxBusy {
+		c.rxBusy = false
+		c.cq = append(c.cq, rdma.Completion{ID: c.rxBusyID, Op: rdma.OpRecv, Status: rdma.StatusFlushed, Err: c.err})
+	}
+	for c.rqLen > 0 {
+		wr := c.rq[c.rqHead]
+		c.rq[c.rqHead] = rdma.RecvWR{}
+		c.rqHead = (c.rqHead + 1) % len(c.rq)
+		c.rqLen--
+		c.cq = append(c.cq, rdma.Completion{ID: wr.ID, Op: rdma.OpRecv, Status: rdma.StatusFlushed, Err: c.err})
+	}
+	for i := range c.irq {
+		c.irq[i] = inboundRead{}
+	}
+	c.irqLen, c.irqTx = 0, 0
+}
+
+// advanceSQLocked reports finished send work in post order.
+func (c *conn) advanceSQLocked() {
+	n := 0
+	for c.sqLen > 0 {
+		e := &c.sq[c.sqHead]
+		if e.state != sqDone {
+			break
+		}
+		if e.wr.Signaled || e.status != rdma.StatusSuccess {
+			bl := e.length
+			if e.status != rdma.StatusSuccess {
+				bl = 0
+			}
+			c.cq = append(c.cq, rdma.Completion{ID: e.wr.ID, Op: e.wr.Op, Status: e.status, ByteLen: bl, Err: e.err})
+			n++
+		}
+		clear(e.sgl)
+		e.sgl = e.sgl[:0]
+		e.err = nil
+		c.sqHead = (c.sqHead + 1) % len(c.sq)
+		c.sqLen--
+	}
+	if n > 0 {
+		c.kickPoller()
+	}
+}
+
+// checkSGE validates a local SGE: a live region of this device, in bounds,
+// with LocalWrite when the provider writes into it.
+func (c *conn) checkSGE(s rdma.SGE, write bool) error {
+	m, ok := s.MR.(*memoryRegion)
+	if !ok || m.dev != c.dev {
+		return fmt.Errorf("iwarp: SGE region not registered on this device: %w", rdma.ErrInvalidWR)
+	}
+	if !m.usable() {
+		return fmt.Errorf("iwarp: SGE region: %w", rdma.ErrDeregistered)
+	}
+	if s.Offset < 0 || s.Length < 0 || s.Offset > len(m.buf) || s.Length > len(m.buf)-s.Offset {
+		return fmt.Errorf("iwarp: SGE [%d,+%d) outside the %d-byte region: %w", s.Offset, s.Length, len(m.buf), rdma.ErrInvalidWR)
+	}
+	if write && m.access&rdma.AccessLocalWrite == 0 {
+		return fmt.Errorf("iwarp: SGE region lacks local write: %w", rdma.ErrInvalidWR)
+	}
+	return nil
+}
+
+// PostSend queues send work requests (see rdma.Conn). SGEs are not copied:
+// the buffers must stay untouched until the completion (as in verbs).
+func (c *conn) PostSend(wrs ...rdma.SendWR) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	posted := 0
+	defer func() {
+		if posted > 0 {
+			c.kickWriter()
+		}
+	}()
+	for i := range wrs {
+		wr := &wrs[i]
+		if c.err != nil {
+			return rdma.ErrClosed
+		}
+		switch wr.Op {
+		case rdma.OpSend, rdma.OpSendInvalidate, rdma.OpRDMAWrite, rdma.OpRDMARead:
+		default:
+			return fmt.Errorf("iwarp: opcode %v: %w", wr.Op, rdma.ErrInvalidWR)
+		}
+		if len(wr.Local) > c.caps.MaxSGE {
+			return fmt.Errorf("iwarp: %d SGEs, max %d: %w", len(wr.Local), c.caps.MaxSGE, rdma.ErrInvalidWR)
+		}
+		total := 0
+		for _, s := range wr.Local {
+			if err := c.checkSGE(s, wr.Op == rdma.OpRDMARead); err != nil {
+				return err
+			}
+			total += s.Length
+		}
+		if total > math.MaxInt32 {
+			return fmt.Errorf("iwarp: %d-byte message: %w", total, rdma.ErrInvalidWR)
+		}
+		if c.sqLen >= len(c.sq) {
+			return rdma.ErrQueueFull
+		}
+		if wr.Op == rdma.OpRDMARead && c.readsOut >= c.caps.ORD {
+			return rdma.ErrQueueFull
+		}
+		idx := (c.sqHead + c.sqLen) % len(c.sq)
+		e := &c.sq[idx]
+		sgl := append(e.sgl[:0], wr.Local...)
+		*e = sqEntry{wr: *wr, sgl: sgl, length: total}
+		e.wr.Local = nil
+		if wr.Op == rdma.OpRDMARead {
+			if len(sgl) > 0 {
+				m := sgl[0].MR.(*memoryRegion)
+				e.sinkSTag = m.stag
+				e.sinkTO = m.addr + uint64(sgl[0].Offset)
+			}
+			c.readsOut++
+			c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = idx
+			c.orqLen++
+		}
+		c.sqLen++
+		c.sqUntx++
+		posted++
+	}
+	return nil
+}
+
+// PostRecv posts receive buffers, each for one incoming Send message.
+func (c *conn) PostRecv(wrs ...rdma.RecvWR) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, wr := range wrs {
+		if c.err != nil {
+			return rdma.ErrClosed
+		}
+		if err := c.checkSGE(wr.Local, true); err != nil {
+			return err
+		}
+		if c.rqLen >= len(c.rq) {
+			return rdma.ErrQueueFull
+		}
+		c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = wr
+		c.rqLen++
+	}
+	return nil
+}
+
+// Poll returns completions (see rdma.Conn).
+func (c *conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
+	if len(out) == 0 {
+		return 0, nil
+	}
+	for {
+		c.mu.Lock()
+		if len(c.cq) > 0 {
+			n := copy(out, c.cq)
+			rest := copy(c.cq, c.cq[n:])
+			clear(c.cq[rest:])
+			c.cq = c.cq[:rest]
+			c.mu.Unlock()
+			return n, nil
+		}
+		down := c.err != nil
+		c.mu.Unlock()
+		if down {
+			return 0, rdma.ErrClosed
+		}
+		select {
+		case <-c.cqWake:
+		case <-c.done:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}

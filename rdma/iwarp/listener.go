@@ -1,0 +1,334 @@
+package iwarp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gosrp/gosrp/rdma"
+)
+
+// listener accepts TCP connections and runs each MPA request exchange in its
+// own goroutine, so a slow peer delays nobody else. Requests that pass wait in
+// a backlog for Accept.
+type listener struct {
+	dev     *Device
+	ln      net.Listener
+	backlog chan *connRequest
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	pending map[net.Conn]struct{} // TCP connections still in the MPA exchange
+}
+
+// Listen listens on addr ("host:port", IPv4 or IPv6, port 0 for any) for MPA
+// connect requests.
+func (d *Device) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("iwarp: listen %s: %w", addr, err)
+	}
+	l := &listener{
+		dev: d, ln: ln, backlog: make(chan *connRequest, d.cfg.AcceptBacklog),
+		done: make(chan struct{}), pending: make(map[net.Conn]struct{}),
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		ln.Close()
+		return nil, rdma.ErrClosed
+	}
+	d.listeners[l] = struct{}{}
+	d.mu.Unlock()
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+func (l *listener) Addr() net.Addr { return l.ln.Addr() }
+
+// Close stops listening, drops handshakes in progress and rejects requests
+// not yet accepted (their TCP connections are closed).
+func (l *listener) Close() error {
+	l.once.Do(func() {
+		close(l.done)
+		l.ln.Close()
+		l.mu.Lock()
+		for nc := range l.pending {
+			nc.Close()
+		}
+		l.mu.Unlock()
+		l.wg.Wait()
+		for {
+			select {
+			case r := <-l.backlog:
+				r.drop()
+				continue
+			default:
+			}
+			break
+		}
+		l.dev.mu.Lock()
+		delete(l.dev.listeners, l)
+		l.dev.mu.Unlock()
+	})
+	return nil
+}
+
+// Accept returns the next connect request whose MPA request was valid.
+func (l *listener) Accept(ctx context.Context) (rdma.ConnRequest, error) {
+	select {
+	case r := <-l.backlog:
+		return r, nil
+	case <-l.done:
+		return nil, rdma.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *listener) acceptLoop() {
+	defer l.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || !errors.Is(err, net.ErrClosed) {
+				// Transient (EMFILE and the like): back off, as net/http does.
+				delay = max(5*time.Millisecond, min(2*delay, time.Second))
+				l.dev.log.Warn("iwarp: accept", "err", err)
+				select {
+				case <-time.After(delay):
+				case <-l.done:
+					return
+				}
+				continue
+			}
+			return
+		}
+		delay = 0
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		l.mu.Lock()
+		l.pending[nc] = struct{}{}
+		l.mu.Unlock()
+		l.wg.Add(1)
+		go l.handshake(nc)
+	}
+}
+
+func (l *listener) forget(nc net.Conn) {
+	l.mu.Lock()
+	delete(l.pending, nc)
+	l.mu.Unlock()
+}
+
+// handshake reads and checks one MPA request (RFC 5044 §7.1). Requests for
+// markers, an unknown revision or an over-long PD_Length are refused with a
+// reject reply and the TCP connection is closed.
+func (l *listener) handshake(nc net.Conn) {
+	defer l.wg.Done()
+	d := l.dev
+	nc.SetDeadline(time.Now().Add(d.cfg.HandshakeTimeout))
+	req, err := readMPAFrame(nc, false)
+	if err != nil {
+		d.log.Debug("iwarp: bad MPA request", "remote", nc.RemoteAddr(), "err", err)
+		if errors.Is(err, ErrMPAFrame) && req.Revision != 0 {
+			l.refuse(nc, req)
+		}
+		l.forget(nc)
+		nc.Close()
+		return
+	}
+	if req.Markers || req.Revision < 1 || req.Revision > 2 {
+		d.log.Debug("iwarp: refusing MPA request", "remote", nc.RemoteAddr(), "markers", req.Markers, "rev", req.Revision)
+		l.refuse(nc, req)
+		l.forget(nc)
+		nc.Close()
+		return
+	}
+	w, enhanced, pd := req.ulpPrivateData()
+	r := &connRequest{l: l, nc: nc, req: req, word: w, enhanced: enhanced, pd: append([]byte(nil), pd...)}
+	r.rev = min(req.Revision, uint8(d.cfg.MPARevision))
+	// The backlog holds handshaken requests; the TCP connection stays open
+	// while the request waits (the peer's own handshake timeout applies).
+	nc.SetDeadline(time.Time{})
+	l.forget(nc)
+	select {
+	case l.backlog <- r:
+	case <-l.done:
+		r.drop()
+	}
+}
+
+// refuse sends an MPA reply with the R bit and no private data.
+func (l *listener) refuse(nc net.Conn, req mpaFrame) {
+	rev := req.Revision
+	if rev < 1 || rev > 2 {
+		rev = uint8(l.dev.cfg.MPARevision)
+	}
+	rep := mpaFrame{Reply: true, Reject: true, Revision: rev, Markers: req.Markers}
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	nc.Write(rep.marshal())
+}
+
+// connRequest is a valid MPA request awaiting Accept or Reject.
+type connRequest struct {
+	l        *listener
+	nc       net.Conn
+	req      mpaFrame
+	word     mpaV2Word // the request's IRD/ORD word when enhanced
+	enhanced bool
+	rev      uint8 // revision of our reply
+	pd       []byte
+
+	mu      sync.Mutex
+	decided bool
+}
+
+func (r *connRequest) PrivateData() []byte  { return r.pd }
+func (r *connRequest) LocalAddr() net.Addr  { return r.nc.LocalAddr() }
+func (r *connRequest) RemoteAddr() net.Addr { return r.nc.RemoteAddr() }
+
+var errDecided = errors.New("iwarp: connect request already accepted or rejected")
+
+func (r *connRequest) decide() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.decided {
+		return errDecided
+	}
+	r.decided = true
+	return nil
+}
+
+// drop closes a request nobody will answer.
+func (r *connRequest) drop() {
+	if r.decide() == nil {
+		r.nc.Close()
+	}
+}
+
+// replyFrame builds our MPA reply; word is included when the reply is an
+// enhanced revision 2 frame.
+func (r *connRequest) replyFrame(reject bool, w mpaV2Word, pd []byte) mpaFrame {
+	d := r.l.dev
+	rep := mpaFrame{Reply: true, Reject: reject, Revision: r.rev, CRC: d.cfg.CRC || r.req.CRC}
+	if r.rev == 2 && r.enhanced {
+		rep.Enhanced = true
+		rep.PrivateData = make([]byte, mpaV2WordLen+len(pd))
+		w.put(rep.PrivateData)
+		copy(rep.PrivateData[mpaV2WordLen:], pd)
+	} else {
+		rep.PrivateData = pd
+	}
+	return rep
+}
+
+func (r *connRequest) maxPD() int {
+	if r.rev == 2 && r.enhanced {
+		return MPAMaxPrivateData - mpaV2WordLen
+	}
+	return MPAMaxPrivateData
+}
+
+// Reject replies with the R bit and privateData, then closes the TCP
+// connection.
+func (r *connRequest) Reject(privateData []byte) error {
+	if len(privateData) > r.maxPD() {
+		return rdma.ErrPrivateDataTooLong
+	}
+	if err := r.decide(); err != nil {
+		return err
+	}
+	defer r.nc.Close()
+	w := mpaV2Word{IRD: clampCount(r.l.dev.cfg.IRD), ORD: clampCount(r.l.dev.cfg.ORD)}
+	rep := r.replyFrame(true, w, privateData)
+	r.nc.SetWriteDeadline(time.Now().Add(r.l.dev.cfg.HandshakeTimeout))
+	if _, err := r.nc.Write(rep.marshal()); err != nil {
+		return fmt.Errorf("iwarp: sending MPA reject: %w", err)
+	}
+	if tc, ok := r.nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	return nil
+}
+
+// Accept replies with privateData and the negotiated IRD/ORD (RFC 6581 §5:
+// our ORD is cut to the initiator's IRD) and starts the connection. In
+// peer-to-peer mode it waits for the initiator's RTR before returning.
+func (r *connRequest) Accept(ctx context.Context, qcfg rdma.QPConfig, privateData []byte) (rdma.Conn, error) {
+	if len(privateData) > r.maxPD() {
+		return nil, rdma.ErrPrivateDataTooLong
+	}
+	if err := r.decide(); err != nil {
+		return nil, err
+	}
+	d := r.l.dev
+	qcfg = d.qpDefaults(qcfg)
+	nc := r.nc
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	nc.SetDeadline(handshakeDeadline(ctx, d.cfg.HandshakeTimeout))
+
+	caps := rdma.Caps{SendDepth: qcfg.SendDepth, RecvDepth: qcfg.RecvDepth, MaxSGE: qcfg.MaxSGE, IRD: qcfg.IRD, ORD: qcfg.ORD}
+	w := mpaV2Word{IRD: uint16(qcfg.IRD), ORD: uint16(qcfg.ORD)}
+	var rtr RTRType
+	if r.rev == 2 && r.enhanced {
+		caps.ORD = min(qcfg.ORD, int(r.word.IRD))
+		w.ORD = uint16(caps.ORD)
+		if r.word.PeerToPeer && d.cfg.PeerToPeer {
+			w.PeerToPeer = true
+			switch {
+			case r.word.WriteRTR:
+				rtr, w.WriteRTR = RTRWrite, true
+			case r.word.ReadRTR:
+				rtr, w.ReadRTR = RTRRead, true
+			default:
+				// Only a zero-length Send RTR offered: it would consume a
+				// receive buffer of the consumer, which we do not do.
+				rep := r.replyFrame(true, w, nil)
+				nc.Write(rep.marshal())
+				nc.Close()
+				return nil, fmt.Errorf("%w: no supported RTR offered (only Send)", errHandshake)
+			}
+		}
+	}
+	rep := r.replyFrame(false, w, privateData)
+	c := newConn(d, nc, qcfg, caps, rep.CRC)
+	if _, err := nc.Write(rep.marshal()); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("%w: sending MPA reply: %v", errHandshake, err)
+	}
+	if rtr != 0 {
+		if err := c.awaitRTR(rtr); err != nil {
+			nc.Close()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, err
+		}
+	}
+	nc.SetDeadline(time.Time{})
+	if err := d.addConn(c); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.start()
+	d.log.Debug("iwarp: accepted", "local", nc.LocalAddr(), "remote", nc.RemoteAddr(),
+		"rev", r.rev, "crc", c.crc, "ird", caps.IRD, "ord", caps.ORD, "rtr", rtr)
+	return c, nil
+}

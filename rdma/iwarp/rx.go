@@ -1,0 +1,421 @@
+package iwarp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+
+	"github.com/gosrp/gosrp/rdma"
+)
+
+// rxState is the reader goroutine's view of the inbound stream.
+type rxState struct {
+	hdr [mpaLenSize + readReqHdrLen + 8]byte // current FPDU header
+	tr  [8]byte                              // pad + CRC
+	msn [numQueues]uint32                    // next expected MSN per queue (from 1)
+	// The Send message being received (segments after the first).
+	active  bool
+	cur     rdma.RecvWR
+	curBuf  []byte
+	got     int
+	curMSN  uint32
+	rtrRead bool // a zero-length Read Response (our RTR's) is expected
+	crc     uint32
+}
+
+func (r *rxState) init() {
+	for i := range r.msn {
+		r.msn[i] = 1
+	}
+}
+
+// errTerminated stops the read loop after a Terminate was raised.
+var errTerminated = errors.New("iwarp: terminated")
+
+// reader is the connection's receiving goroutine.
+func (c *conn) reader() {
+	defer c.wg.Done()
+	for {
+		if err := c.readFPDU(); err != nil {
+			if !errors.Is(err, errTerminated) {
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+					err = fmt.Errorf("iwarp: peer closed the connection: %w", err)
+				} else if !errors.Is(err, net.ErrClosed) {
+					err = fmt.Errorf("iwarp: connection lost: %w", err)
+				}
+				c.fail(err, nil)
+			}
+			return
+		}
+	}
+}
+
+// violation builds the Terminate for the current FPDU's header.
+func (c *conn) violation(layer, typ, code uint8, hl int, detail string, args ...any) *termInfo {
+	t := &termInfo{Layer: layer, Type: typ, Code: code}
+	if len(args) > 0 {
+		detail = fmt.Sprintf(detail, args...)
+	}
+	t.Detail = detail
+	if hl > 0 && layer != LayerLLP {
+		t.Hdr = append([]byte(nil), c.rx.hdr[:mpaLenSize+hl]...)
+		h := parseControl(c.rx.hdr[mpaLenSize:])
+		if layer == LayerRDMAP && !h.Tagged && h.Opcode == opReadRequest && hl >= readReqHdrLen {
+			t.RDMAHdr = true
+		} else if hl > ddpUntaggedHdrLen || (h.Tagged && hl > ddpTaggedHdrLen) {
+			// Only the DDP header when the RDMA header is not asked for.
+			n := ddpUntaggedHdrLen
+			if h.Tagged {
+				n = ddpTaggedHdrLen
+			}
+			t.Hdr = t.Hdr[:mpaLenSize+n]
+		}
+	}
+	return t
+}
+
+// reject skips the rest of a violating FPDU (to check its CRC first: a
+// corrupted header is a CRC error, not a DDP one), then raises t.
+func (c *conn) reject(t *termInfo, rest int) error {
+	if c.crc && rest >= 0 {
+		for rest > 0 {
+			b, err := c.br.Peek(min(rest, c.br.Size()))
+			if len(b) == 0 {
+				return err
+			}
+			c.rx.crc = crc32.Update(c.rx.crc, crcTable, b)
+			c.br.Discard(len(b))
+			rest -= len(b)
+		}
+		if _, err := io.ReadFull(c.br, c.rx.tr[:crcSize]); err != nil {
+			return err
+		}
+		if getCRC(c.rx.tr[:]) != c.rx.crc {
+			t = &termInfo{Layer: LayerLLP, Type: LLPTypeMPA, Code: LLPCRCError, Detail: "FPDU CRC mismatch"}
+		}
+	}
+	c.terminate(t)
+	return errTerminated
+}
+
+// readFPDU reads and processes one FPDU. It returns errTerminated after a
+// violation (Terminate raised) or the stream's error.
+func (c *conn) readFPDU() error {
+	rx := &c.rx
+	hdr := rx.hdr[:]
+	if _, err := io.ReadFull(c.br, hdr[:mpaLenSize+2]); err != nil {
+		return err
+	}
+	ulpdu := int(binary.BigEndian.Uint16(hdr))
+	h := parseControl(hdr[mpaLenSize:])
+	hl := h.hdrLen()
+	if ulpdu < hl {
+		// The segment cannot even hold its header: the stream is not
+		// parseable from here on.
+		c.terminate(&termInfo{Layer: LayerDDP, Type: DDPLocalCatastrophic, Code: ddpCatastrophicCode,
+			Detail: fmt.Sprintf("ULPDU_Length %d shorter than its %d-byte DDP header", ulpdu, hl)})
+		return errTerminated
+	}
+	if _, err := io.ReadFull(c.br, hdr[mpaLenSize+2:mpaLenSize+hl]); err != nil {
+		return err
+	}
+	h, _ = parseDDPHeader(hdr[mpaLenSize : mpaLenSize+hl])
+	n := ulpdu - hl
+	pad := padLen(ulpdu)
+	// rest is what follows the header up to the CRC field.
+	rest := n + pad
+	if c.crc {
+		rx.crc = crc32.Update(0, crcTable, hdr[:mpaLenSize+hl])
+	}
+
+	// DDP, then RDMAP, version and opcode checks (RFC 5041 §7.2, RFC 5040 §7.2).
+	if h.DDPVersion != ddpVersion {
+		if h.Tagged {
+			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTInvalidVersion, hl, "DDP version %d", h.DDPVersion), rest)
+		}
+		return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUInvalidVersion, hl, "DDP version %d", h.DDPVersion), rest)
+	}
+	if !h.Tagged && h.QN >= numQueues {
+		return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUInvalidQN, hl, "QN %d", h.QN), rest)
+	}
+	if h.RDMAPVersion != rdmapVersion {
+		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPInvalidVersion, hl, "RDMAP version %d", h.RDMAPVersion), rest)
+	}
+	if h.Tagged {
+		switch h.Opcode {
+		case opRDMAWrite:
+			return c.rxWrite(&h, hl, n, pad)
+		case opReadResponse:
+			return c.rxReadResponse(&h, hl, n, pad)
+		}
+		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPUnexpectedOpcode, hl, "opcode %d in a tagged segment", h.Opcode), rest)
+	}
+	switch {
+	case h.Opcode >= opSend && h.Opcode <= opSendSEInvalid && h.QN == qnSend:
+		return c.rxSend(&h, hl, n, pad)
+	case h.Opcode == opReadRequest && h.QN == qnReadReq:
+		return c.rxReadRequest(&h, hl, n, pad)
+	case h.Opcode == opTerminate && h.QN == qnTerminate:
+		return c.rxTerminate(&h, hl, n, pad)
+	}
+	return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPUnexpectedOpcode, hl, "opcode %d on untagged queue %d", h.Opcode, h.QN), rest)
+}
+
+// place reads n payload bytes into dst, then the pad and CRC, and verifies
+// the CRC.
+func (c *conn) place(dst []byte, pad int) error {
+	if _, err := io.ReadFull(c.br, dst); err != nil {
+		return err
+	}
+	if _, err := io.ReadFull(c.br, c.rx.tr[:pad+crcSize]); err != nil {
+		return err
+	}
+	if c.crc {
+		crc := crc32.Update(c.rx.crc, crcTable, dst)
+		crc = crc32.Update(crc, crcTable, c.rx.tr[:pad])
+		if got := getCRC(c.rx.tr[pad:]); got != crc {
+			c.terminate(&termInfo{Layer: LayerLLP, Type: LLPTypeMPA, Code: LLPCRCError,
+				Detail: fmt.Sprintf("FPDU CRC %#08x, computed %#08x", got, crc)})
+			return errTerminated
+		}
+	}
+	return nil
+}
+
+// checkTagged finds the region for a tagged access of n bytes at (stag, to)
+// needing right; it returns the destination/source slice or the Terminate
+// (RFC 5041 §7.2 tagged buffer errors; rights are RDMAP's, RFC 5040 §7.2).
+func (c *conn) checkTagged(stag uint32, to uint64, n int, right rdma.Access, readReq bool, hl int) ([]byte, *termInfo) {
+	layer, typ := uint8(LayerDDP), uint8(DDPTaggedBuffer)
+	invalid, bounds := uint8(DDPTInvalidSTag), uint8(DDPTBaseBounds)
+	if readReq {
+		layer, typ = LayerRDMAP, RDMAPRemoteProtection
+		invalid, bounds = RDMAPInvalidSTag, RDMAPBaseBounds
+	}
+	m := c.dev.lookup(stag)
+	if m == nil {
+		return nil, c.violation(layer, typ, invalid, hl, "STag %#x", stag)
+	}
+	if m.access&right == 0 {
+		return nil, c.violation(LayerRDMAP, RDMAPRemoteProtection, RDMAPAccessRights, hl, "STag %#x grants %v", stag, m.access)
+	}
+	if to < m.addr || to-m.addr > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-(to-m.addr) {
+		return nil, c.violation(layer, typ, bounds, hl, "%d bytes at TO %#x outside STag %#x [%#x,+%d)", n, to, stag, m.addr, len(m.buf))
+	}
+	off := int(to - m.addr)
+	return m.buf[off : off+n], nil
+}
+
+// rxWrite places an RDMA Write segment (RFC 5040 §5.1). A zero-length
+// segment names no memory and is accepted whatever its STag (ib_srpt sends
+// one with STag 0 after the handshake).
+func (c *conn) rxWrite(h *ddpHeader, hl, n, pad int) error {
+	if n == 0 {
+		return c.place(nil, pad)
+	}
+	dst, t := c.checkTagged(h.STag, h.TO, n, rdma.AccessRemoteWrite, false, hl)
+	if t != nil {
+		return c.reject(t, n+pad)
+	}
+	return c.place(dst, pad)
+}
+
+// rxReadResponse places an RDMA Read Response segment into the oldest
+// outstanding Read's scatter list (RFC 5040 §5.2: responses come in request
+// order) and completes the Read on the last segment.
+func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
+	rx := &c.rx
+	c.mu.Lock()
+	var e *sqEntry
+	if c.orqLen > 0 {
+		e = &c.sq[c.orq[c.orqHead]]
+	}
+	c.mu.Unlock()
+	if e == nil {
+		if rx.rtrRead && n == 0 && h.Last {
+			rx.rtrRead = false
+			return c.place(nil, pad)
+		}
+		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPUnexpectedOpcode, hl, "Read Response with no Read outstanding"), n+pad)
+	}
+	if n > 0 || e.length > 0 {
+		if h.STag != e.sinkSTag {
+			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTInvalidSTag, hl, "Read Response to STag %#x, sink STag %#x", h.STag, e.sinkSTag), n+pad)
+		}
+		off := h.TO - e.sinkTO
+		if h.TO < e.sinkTO || off > uint64(e.length) || uint64(n) > uint64(e.length)-off {
+			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTBaseBounds, hl, "%d bytes at TO %#x outside the %d-byte sink at %#x", n, h.TO, e.length, e.sinkTO), n+pad)
+		}
+		if err := c.placeSGL(e.sgl, int(off), n, pad); err != nil {
+			return err
+		}
+		e.placed += n
+	} else if err := c.place(nil, pad); err != nil {
+		return err
+	}
+	if h.Last {
+		c.mu.Lock()
+		if c.err == nil {
+			c.orqHead = (c.orqHead + 1) % len(c.orq)
+			c.orqLen--
+			c.readsOut--
+			e.state = sqDone
+			e.length = min(e.length, e.placed)
+			c.advanceSQLocked()
+		}
+		c.mu.Unlock()
+		e.placed = 0
+	}
+	return nil
+}
+
+// placeSGL reads n payload bytes into the scatter list at byte offset off,
+// then checks pad and CRC.
+func (c *conn) placeSGL(sgl []rdma.SGE, off, n, pad int) error {
+	crc := c.rx.crc
+	for _, s := range sgl {
+		if n == 0 {
+			break
+		}
+		b := s.Bytes()
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		k := min(n, len(b)-off)
+		dst := b[off : off+k]
+		if _, err := io.ReadFull(c.br, dst); err != nil {
+			return err
+		}
+		if c.crc {
+			crc = crc32.Update(crc, crcTable, dst)
+		}
+		n -= k
+		off = 0
+	}
+	c.rx.crc = crc
+	return c.place(nil, pad)
+}
+
+// rxSend places a Send segment into the receive buffer at the head of the
+// receive queue (RFC 5041 §5.3, untagged queue 0) and completes it on the
+// last segment.
+func (c *conn) rxSend(h *ddpHeader, hl, n, pad int) error {
+	rx := &c.rx
+	rest := n + pad
+	if rx.active {
+		if h.MSN != rx.curMSN {
+			return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUMSNRange, hl, "MSN %d while message %d is incomplete", h.MSN, rx.curMSN), rest)
+		}
+		if int64(h.MO) != int64(rx.got) {
+			return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUInvalidMO, hl, "MO %d, expected %d", h.MO, rx.got), rest)
+		}
+	} else {
+		if h.MSN != rx.msn[qnSend] {
+			return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUMSNRange, hl, "MSN %d, expected %d", h.MSN, rx.msn[qnSend]), rest)
+		}
+		if h.MO != 0 {
+			return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUInvalidMO, hl, "MO %d on the first segment", h.MO), rest)
+		}
+		c.mu.Lock()
+		if c.rqLen == 0 || c.err != nil {
+			c.mu.Unlock()
+			return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUNoBuffer, hl, "no receive buffer posted for MSN %d", h.MSN), rest)
+		}
+		rx.cur = c.rq[c.rqHead]
+		c.rq[c.rqHead] = rdma.RecvWR{}
+		c.rqHead = (c.rqHead + 1) % len(c.rq)
+		c.rqLen--
+		c.rxBusy, c.rxBusyID = true, rx.cur.ID
+		c.mu.Unlock()
+		rx.active, rx.curMSN, rx.got = true, h.MSN, 0
+		rx.curBuf = rx.cur.Local.Bytes()
+	}
+	if n > len(rx.curBuf)-rx.got {
+		return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUMessageTooLong, hl, "%d bytes at MO %d into a %d-byte buffer", n, h.MO, len(rx.curBuf)), rest)
+	}
+	if err := c.place(rx.curBuf[rx.got:rx.got+n], pad); err != nil {
+		return err
+	}
+	rx.got += n
+	if !h.Last {
+		return nil
+	}
+	comp := rdma.Completion{ID: rx.cur.ID, Op: rdma.OpRecv, ByteLen: rx.got,
+		Solicited: h.Opcode == opSendSE || h.Opcode == opSendSEInvalid}
+	if h.Opcode == opSendInvalidate || h.Opcode == opSendSEInvalid {
+		if !c.dev.invalidate(h.InvalidateSTag) {
+			return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPCannotInvalidate, hl, "STag %#x", h.InvalidateSTag), -1)
+		}
+		comp.Invalidated, comp.InvalidatedRKey = true, h.InvalidateSTag
+	}
+	rx.active, rx.curBuf, rx.cur = false, nil, rdma.RecvWR{}
+	rx.msn[qnSend]++
+	c.mu.Lock()
+	if c.err == nil {
+		c.rxBusy = false
+		c.cq = append(c.cq, comp)
+	}
+	c.mu.Unlock()
+	c.kickPoller()
+	return nil
+}
+
+// rxReadRequest checks an RDMA Read Request (RFC 5040 §5.2, untagged queue
+// 1) and queues its response for the writer. The source is checked now.
+func (c *conn) rxReadRequest(h *ddpHeader, hl, n, pad int) error {
+	rx := &c.rx
+	rest := n + pad
+	if h.MSN != rx.msn[qnReadReq] {
+		return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUMSNRange, hl, "Read Request MSN %d, expected %d", h.MSN, rx.msn[qnReadReq]), rest)
+	}
+	if h.MO != 0 {
+		return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUInvalidMO, hl, "Read Request MO %d", h.MO), rest)
+	}
+	if n != 0 || !h.Last {
+		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPUnspecified, hl, "Read Request with %d payload bytes, last %v", n, h.Last), rest)
+	}
+	rr := parseReadRequest(rx.hdr[mpaLenSize+ddpUntaggedHdrLen:])
+	var data []byte
+	if rr.Size > 0 {
+		var t *termInfo
+		data, t = c.checkTagged(rr.SourceSTag, rr.SourceTO, int(rr.Size), rdma.AccessRemoteRead, true, hl)
+		if t != nil {
+			return c.reject(t, rest)
+		}
+	}
+	if err := c.place(nil, pad); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if c.irqLen >= c.caps.IRD {
+		c.mu.Unlock()
+		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPCatastrophicStream, hl, "more than IRD %d Read Requests outstanding", c.caps.IRD), -1)
+	}
+	if c.err == nil {
+		c.irq[(c.irqHead+c.irqLen)%len(c.irq)] = inboundRead{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, data: data}
+		c.irqLen++
+	}
+	c.mu.Unlock()
+	rx.msn[qnReadReq]++
+	c.kickWriter()
+	return nil
+}
+
+// rxTerminate reports the peer's Terminate and takes the connection down.
+func (c *conn) rxTerminate(h *ddpHeader, hl, n, pad int) error {
+	body := make([]byte, min(n, 256))
+	if _, err := io.ReadFull(c.br, body); err != nil {
+		return err
+	}
+	c.br.Discard(n - len(body))
+	te, err := parseTerminate(body)
+	if err != nil {
+		te = &rdma.TerminateError{Layer: LayerRDMAP, Type: RDMAPRemoteOperation, Code: RDMAPUnspecified, Detail: err.Error()}
+	}
+	c.fail(te, nil)
+	return errTerminated
+}
