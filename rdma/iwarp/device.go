@@ -215,13 +215,15 @@ const (
 	mrDeregistered
 )
 
-func (m *memoryRegion) Bytes() []byte        { return m.buf }
-func (m *memoryRegion) Addr() uint64         { return m.addr }
-func (m *memoryRegion) LKey() uint32         { return m.stag }
-func (m *memoryRegion) RKey() uint32         { return m.stag }
-func (m *memoryRegion) Access() rdma.Access  { return m.access }
-func (m *memoryRegion) valid() bool          { return m.state.Load() == mrValid }
-func (m *memoryRegion) String() string       { return fmt.Sprintf("MR(stag %#x, %d bytes)", m.stag, len(m.buf)) }
+func (m *memoryRegion) Bytes() []byte       { return m.buf }
+func (m *memoryRegion) Addr() uint64        { return m.addr }
+func (m *memoryRegion) LKey() uint32        { return m.stag }
+func (m *memoryRegion) RKey() uint32        { return m.stag }
+func (m *memoryRegion) Access() rdma.Access { return m.access }
+func (m *memoryRegion) valid() bool         { return m.state.Load() == mrValid }
+func (m *memoryRegion) String() string {
+	return fmt.Sprintf("MR(stag %#x, %d bytes)", m.stag, len(m.buf))
+}
 func (m *memoryRegion) usable() bool         { return m.state.Load() != mrDeregistered }
 func (m *memoryRegion) device() *Device      { return m.dev }
 func (m *memoryRegion) owner(d *Device) bool { return m.dev == d }
