@@ -124,11 +124,10 @@ func addrIP(a net.Addr) (netip.Addr, bool) {
 type ACL struct {
 	// Initiator names the admitted initiator port(s).
 	Initiator InitiatorMatch
-	// LUNs maps the LUN the initiator addresses (the SAM LUN field as a
-	// big-endian integer, e.g. 0 for LUN 0) to the name of the target's
-	// logical unit. Nil or empty exposes every logical unit under the
-	// core's own numbering.
-	LUNs map[uint64]string
+	// LUNs maps the LUN numbers the initiator sees (0..16383, SAM-5 §4.7
+	// single level addressing) to the target's LUN numbers. Nil exposes
+	// every logical unit under the target's own numbering.
+	LUNs map[uint64]uint64
 }
 
 // FormatGUID formats an 8-byte GUID as ib_srpt names ACLs and sessions:

@@ -104,7 +104,7 @@ type channel struct {
 	pollDone   bool
 	credReqOut bool
 	credTag    uint64
-	pendClose  bool // a T_LOGOUT (or LOGIN_REJ) SEND must go out before the disconnect
+	pendClose  bool  // a T_LOGOUT (or LOGIN_REJ) SEND must go out before the disconnect
 	recvLens   []int // received bytes per receive slot
 	warnedLim  bool
 	pool       map[int][]rdma.MemoryRegion // free data buffers by size class

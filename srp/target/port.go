@@ -18,11 +18,10 @@ import (
 // Core is the SCSI target core as the SRP target uses it: one session per
 // I_T nexus.
 type Core interface {
-	// OpenSession opens the core's view of nexus n. luns maps the LUN the
-	// initiator addresses to a logical unit name (ACL.LUNs); nil exposes
-	// every logical unit under the core's own numbering. An error refuses
-	// the login (LOGIN_REJ 0x10006).
-	OpenSession(n scsi.Nexus, luns map[uint64]string) (scsi.Session, error)
+	// OpenSession opens the core's view of nexus n. An error refuses the
+	// login (LOGIN_REJ 0x10006). The port applies the ACL's LUN mapping on
+	// top (MapLUNs).
+	OpenSession(n scsi.Nexus) (scsi.Session, error)
 }
 
 // ErrPortClosed is returned by Serve after Close.
@@ -317,7 +316,7 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 	if lr.ReqFlags&srp.MultiChanMask > srp.MultiChanMulti || multi && p.cfg.NoMultichannel {
 		return nil, srp.RejMultiChannelUnsupported
 	}
-	var luns map[uint64]string
+	var luns map[uint64]uint64
 	if !p.cfg.DemoMode {
 		acl := p.findACL(lr.InitiatorPortID, remote)
 		if acl == nil {
@@ -345,10 +344,13 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 			RelativeTargetPort: p.cfg.RelativePort,
 			TransportID:        transportID(lr.InitiatorPortID),
 		}
-		sess, err := p.core.OpenSession(nexusID, luns)
+		sess, err := p.core.OpenSession(nexusID)
 		if err != nil {
 			log.Warn("SCSI session refused", "initiator", key, "err", err)
 			return nil, srp.RejChannelLimitReached
+		}
+		if luns != nil {
+			sess = MapLUNs(sess, luns)
 		}
 		nx = &nexus{key: key, initiator: lr.InitiatorPortID, sess: sess}
 		p.nexuses[key] = nx
