@@ -309,7 +309,7 @@ func TestPreempt(t *testing.T) {
 			wantUA: map[string][]uint16{"B": {0x2A05}, "C": {0x2A05}}, aborted: []string{"B", "C"}},
 		{name: "preempt and abort: own key among removed, issuer not aborted",
 			regs: []reg{{nA, 0xA}, {nB, 0xA}, {nC, 0xC}},
-			by: nA, key: 0xA, saKey: 0xA, abort: true,
+			by:   nA, key: 0xA, saKey: 0xA, abort: true,
 			want: good, wantKeys: []uint64{0xC}, wantUA: map[string][]uint16{"B": {0x2A05}}, aborted: []string{"B"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
