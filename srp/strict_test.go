@@ -1,0 +1,151 @@
+package srp
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func goldenBytes(t testing.TB, name string) []byte {
+	t.Helper()
+	for _, g := range goldens {
+		if g.name == name {
+			return hx(t, g.hex)
+		}
+	}
+	t.Fatalf("no golden %q", name)
+	return nil
+}
+
+// wantErr checks err is a *DecodeError naming field and matching kind.
+func wantErr(t *testing.T, err error, field string, kind error) {
+	t.Helper()
+	var de *DecodeError
+	if !errors.As(err, &de) {
+		t.Fatalf("got %v, want a *DecodeError on %s", err, field)
+	}
+	if de.Field != field || !errors.Is(err, kind) {
+		t.Fatalf("got %v (field %q), want field %q, %v", err, de.Field, field, kind)
+	}
+}
+
+func mutate(b []byte, f func([]byte)) []byte {
+	c := bytes.Clone(b)
+	f(c)
+	return c
+}
+
+func TestCmdStrict(t *testing.T) {
+	none := goldenBytes(t, "cmd_none")
+	direct := goldenBytes(t, "cmd_direct_in")
+	ind := goldenBytes(t, "cmd_indirect_out")
+	ext := goldenBytes(t, "cmd_indirect_in_external")
+	imm := goldenBytes(t, "cmd_imm")
+	cases := []struct {
+		name  string
+		b     []byte
+		field string
+		kind  error
+	}{
+		{"none with data-out count", mutate(none, func(b []byte) { b[6] = 1 }), "data_out_desc_cnt", ErrInvalid},
+		{"none with data-in count", mutate(none, func(b []byte) { b[7] = 2 }), "data_in_desc_cnt", ErrInvalid},
+		{"direct count 2", mutate(direct, func(b []byte) { b[7] = 2 }), "data_in_desc_cnt", ErrInvalid},
+		{"direct short", direct[:63], "data_in srp_direct_buf", ErrTruncated},
+		{"format 4 out", mutate(none, func(b []byte) { b[5] = 0x40 }), "buf_fmt", ErrInvalid},
+		{"format 15 in", mutate(none, func(b []byte) { b[5] = 0x0f }), "buf_fmt", ErrInvalid},
+		{"imm in data-in", mutate(none, func(b []byte) { b[5] = 0x03 }), "buf_fmt", ErrInvalid},
+		{"indirect count above table", mutate(ind, func(b []byte) { b[6] = 3 }), "data_out_desc_cnt", ErrInvalid},
+		{"indirect table len not multiple of 16", mutate(ind, func(b []byte) { b[48+15] = 0x21 }), "table_desc.len", ErrInvalid},
+		{"indirect total mismatch", mutate(ind, func(b []byte) { b[48+19] = 1 }), "len", ErrInvalid},
+		{"indirect list short", ind[:len(ind)-1], "desc_list", ErrTruncated},
+		{"indirect header short", ind[:48+19], "data_out srp_indirect_buf", ErrTruncated},
+		{"external list short", ext[:len(ext)-16], "desc_list", ErrTruncated},
+		{"imm count 2", mutate(imm, func(b []byte) { b[6] = 2 }), "data_out_desc_cnt", ErrInvalid},
+		{"imm data short", imm[:len(imm)-1], "imm_buf.len", ErrTruncated},
+		{"imm len huge", mutate(imm, func(b []byte) { copy(b[48:], []byte{0xff, 0xff, 0xff, 0xff}) }), "imm_buf.len", ErrTruncated},
+		{"imm buf short", imm[:50], "imm_buf", ErrTruncated},
+		{"add cdb short", mutate(none, func(b []byte) { b[31] = 8 }), "add_cdb_len", ErrTruncated},
+		{"wrong opcode", mutate(none, func(b []byte) { b[0] = 0xc1 }), "opcode", ErrInvalid},
+		{"short fixed", none[:47], "IU", ErrTruncated},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := UnmarshalCmd(tc.b)
+			wantErr(t, err, tc.field, tc.kind)
+		})
+	}
+	// Immediate data at an offset inside the descriptors.
+	var c Cmd
+	wantErr(t, c.UnmarshalImm(imm, 50), "imm_data_offset", ErrInvalid)
+	// At a larger offset than the data present.
+	wantErr(t, c.UnmarshalImm(imm, 200), "imm_buf.len", ErrTruncated)
+	// Negative offsets are inside the descriptors too.
+	wantErr(t, c.UnmarshalImm(imm, -1), "imm_data_offset", ErrInvalid)
+	// The low two bits of add_cdb_len are reserved and ignored.
+	if _, err := UnmarshalCmd(mutate(none, func(b []byte) { b[31] = 3 })); err != nil {
+		t.Fatalf("reserved add_cdb_len bits: %v", err)
+	}
+}
+
+func TestRspStrict(t *testing.T) {
+	sense := goldenBytes(t, "rsp_sense")
+	both := goldenBytes(t, "rsp_residuals")
+	wantErr(t, func() error { _, err := UnmarshalRsp(sense[:len(sense)-1]); return err }(), "sense_data_len", ErrTruncated)
+	wantErr(t, func() error { _, err := UnmarshalRsp(both[:38]); return err }(), "resp_data_len", ErrTruncated)
+	// Lengths whose sum overflows 32 bits.
+	huge := mutate(both, func(b []byte) {
+		copy(b[28:], []byte{0xff, 0xff, 0xff, 0xff})
+		copy(b[32:], []byte{0xff, 0xff, 0xff, 0xfe})
+	})
+	wantErr(t, func() error { _, err := UnmarshalRsp(huge); return err }(), "resp_data_len", ErrTruncated)
+	huge2 := mutate(both, func(b []byte) { copy(b[28:], []byte{0xff, 0xff, 0xff, 0xfd}) })
+	wantErr(t, func() error { _, err := UnmarshalRsp(huge2); return err }(), "sense_data_len", ErrTruncated)
+	aer := goldenBytes(t, "aer_req")
+	wantErr(t, func() error { _, err := UnmarshalAerReq(aer[:40]); return err }(), "sense_data_len", ErrTruncated)
+	r, _ := UnmarshalRsp(goldenBytes(t, "rsp_tmf"))
+	if code, ok := r.TMFCode(); !ok || code != TMFRspFailed {
+		t.Fatalf("TMFCode %v %v", code, ok)
+	}
+}
+
+func TestDecodeUnknownAndEmpty(t *testing.T) {
+	_, err := Decode(nil)
+	wantErr(t, err, "opcode", ErrTruncated)
+	_, err = Decode([]byte{0x04, 0, 0, 0})
+	wantErr(t, err, "opcode", ErrInvalid)
+	for _, op := range allOpcodes {
+		_, err := Decode([]byte{byte(op)})
+		if !errors.Is(err, ErrTruncated) {
+			t.Errorf("%v: one byte: %v", op, err)
+		}
+	}
+}
+
+func TestCmdEncodeErrors(t *testing.T) {
+	bad := []*Cmd{
+		{CDB: make([]byte, 269)},
+		{DataOut: DataBuf{Format: DescDirect}},
+		{DataOut: DataBuf{Format: DescDirect, Count: 2, Desc: []DirectBuf{{}}}},
+		{DataIn: DataBuf{Format: DescImm}},
+		{DataOut: DataBuf{Format: 7}},
+		{DataOut: DataBuf{Format: DescNone, Count: 1}},
+		{DataOut: DataBuf{Format: DescIndirect, Desc: []DirectBuf{{}}, Table: DirectBuf{Len: 8}}},
+		{DataOut: DataBuf{Format: DescImm}, DataIn: DataBuf{Format: DescDirect, Desc: []DirectBuf{{}}}, CDB: make([]byte, 20)},
+	}
+	for i, c := range bad {
+		if _, err := c.Marshal(); err == nil {
+			t.Errorf("#%d: encoded %+v", i, c)
+		} else if _, ok := err.(*EncodeError); !ok {
+			t.Errorf("#%d: %T", i, err)
+		}
+	}
+	// A short CDB is padded to 16 bytes, a 17-byte one to 20.
+	b, err := (&Cmd{CDB: []byte{0x12, 0, 0, 0, 0x24, 0}}).Marshal()
+	if err != nil || len(b) != 48 || b[32] != 0x12 || b[36] != 0x24 || b[31] != 0 {
+		t.Fatalf("6-byte CDB: %v %x", err, b)
+	}
+	b, err = (&Cmd{CDB: make([]byte, 17)}).Marshal()
+	if err != nil || len(b) != 52 || b[31] != 4 {
+		t.Fatalf("17-byte CDB: %v %x", err, b)
+	}
+}
