@@ -11,41 +11,11 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/srp"
 )
 
-// SRP opcodes (T10 SRP r16a table 14; Linux include/scsi/srp.h).
-const (
-	opLoginReq = 0x00
-	opTskMgmt  = 0x01
-	opCmd      = 0x02
-	opILogout  = 0x03
-	opTLogout  = 0x80
-	opCredReq  = 0x81
-	opAERReq   = 0x82
-	opCredRsp  = 0x41
-	opAERRsp   = 0x42
-	opLoginRsp = 0xc0
-	opRsp      = 0xc1
-	opLoginRej = 0xc2
-)
-
-// Buffer descriptor formats (T10 SRP r16a table 5; SRP-2 immediate data).
-const (
-	fmtDirect   = 1
-	fmtIndirect = 2
-	fmtImm      = 3
-)
-
-// SRP_RSP flags (T10 SRP r16a table 22).
-const (
-	rspValid  = 0x01
-	snsValid  = 0x02
-	doOver    = 0x04
-	doUnder   = 0x08
-	diOver    = 0x10
-	diUnder   = 0x20
-	rspHdrLen = 36
-)
+// rspHdrLen is the fixed part of SRP_RSP, bytes.
+const rspHdrLen = srp.RspSize
 
 // Work request IDs: the kind in bits 32..39, the slot index below.
 const (
@@ -146,6 +116,7 @@ type channel struct {
 
 	mu           sync.Mutex
 	reqLim       int
+	rsp          srp.Rsp // decode scratch of the poller
 	creditWaits  int
 	creditSignal chan struct{}
 
@@ -156,47 +127,47 @@ type channel struct {
 }
 
 // loginPrivateData builds the 56-byte RDMA/CM form of SRP_LOGIN_REQ
-// (Linux struct srp_login_req_rdma): tag 0, req_buf_fmt DIRECT|INDIRECT,
-// req_flags multichannel action (+ IMMED_REQUESTED), req_it_iu_len, the port
-// identifiers and imm_data_offset.
+// (Linux struct srp_login_req_rdma, ib_srp srp_send_req): tag 0,
+// req_buf_fmt DIRECT|INDIRECT, multichannel action SINGLE for channel 0 and
+// MULTI for the others, IMMED_REQUESTED with imm_data_offset 68.
 func loginPrivateData(o Options, multi bool) []byte {
-	b := make([]byte, 56)
-	binary.BigEndian.PutUint16(b[8:], 0x0006)
-	if multi {
-		b[10] = 1 // SRP_MULTICHAN_MULTI
-	}
-	b[11] = opLoginReq
-	binary.BigEndian.PutUint32(b[12:], uint32(o.ReqITIULen()))
 	ipi, tpi := o.PortIDs()
-	copy(b[16:32], ipi[:])
-	copy(b[32:48], tpi[:])
-	if !o.NoImmData {
-		b[10] |= 0x80 // SRP_IMMED_REQUESTED
-		binary.BigEndian.PutUint16(b[48:], ImmDataOffset)
+	r := srp.LoginRequestRDMA{
+		ReqITIULen:      uint32(o.ReqITIULen()),
+		ReqBufFmt:       srp.BufFmtDirect | srp.BufFmtIndirect,
+		ReqFlags:        srp.MultiChanSingle,
+		InitiatorPortID: ipi,
+		TargetPortID:    tpi,
 	}
+	if multi {
+		r.ReqFlags = srp.MultiChanMulti
+	}
+	if !o.NoImmData {
+		r.ReqFlags |= srp.LoginImmRequested
+		r.ImmDataOffset = ImmDataOffset
+	}
+	b, _ := r.Marshal()
 	return b
 }
 
-// parseLoginRsp decodes an SRP_LOGIN_RSP (52 bytes).
+// parseLoginRsp decodes the SRP_LOGIN_RSP of a connect reply.
 func parseLoginRsp(b []byte) (LoginInfo, error) {
-	var li LoginInfo
-	if len(b) < 52 || b[0] != opLoginRsp {
-		return li, fmt.Errorf("%w: connect reply is not an SRP_LOGIN_RSP (%d bytes)", ErrProtocol, len(b))
+	var r srp.LoginResponse
+	if err := r.Unmarshal(b); err != nil {
+		return LoginInfo{}, fmt.Errorf("%w: connect reply is not an SRP_LOGIN_RSP: %w", ErrProtocol, err)
 	}
-	li.ReqLimDelta = int32(binary.BigEndian.Uint32(b[4:]))
-	li.MaxITIULen = binary.BigEndian.Uint32(b[16:])
-	li.MaxTIIULen = binary.BigEndian.Uint32(b[20:])
-	li.BufFmt = binary.BigEndian.Uint16(b[24:])
-	li.RspFlags = b[26]
-	return li, nil
+	return LoginInfo{ReqLimDelta: int32(r.ReqLimDelta), MaxITIULen: r.MaxITIULen, MaxTIIULen: r.MaxTIIULen,
+		BufFmt: uint16(r.BufFmt), RspFlags: uint8(r.RspFlags)}, nil
 }
 
-// parseLoginRej decodes the SRP_LOGIN_REJ carried by a connection reject.
+// parseLoginRej decodes the SRP_LOGIN_REJ a connection reject carries, or
+// returns nil when it carries none.
 func parseLoginRej(b []byte, ch int) error {
-	if len(b) < 32 || b[0] != opLoginRej {
+	var r srp.LoginReject
+	if r.Unmarshal(b) != nil {
 		return nil
 	}
-	return &LoginRejectError{Reason: binary.BigEndian.Uint32(b[4:]), BufFmt: binary.BigEndian.Uint16(b[24:]), Channel: ch}
+	return &LoginRejectError{Reason: uint32(r.Reason), BufFmt: uint16(r.BufFmt), Channel: ch}
 }
 
 // dialChannel logs in one channel: the connect request carries the login,
@@ -225,8 +196,8 @@ func dialChannel(ctx context.Context, s *Session, idx int) (*channel, error) {
 	}
 	li.ReqITIULen = o.ReqITIULen()
 	li.UsedITIULen = min(li.ReqITIULen, int(li.MaxITIULen))
-	li.ImmediateData = !o.NoImmData && li.RspFlags&0x80 != 0
-	li.CanQueue = min(int(li.ReqLimDelta)-tmfReserve, o.QueueSize-tmfReserve-rspSlots)
+	li.ImmediateData = !o.NoImmData && srp.LoginRspFlags(li.RspFlags)&srp.LoginRspImmSupp != 0
+	li.CanQueue = min(int(li.ReqLimDelta)-tmfReserve, o.QueueSize-tmfReserve-rspSQSize)
 	ch := &channel{
 		s: s, idx: idx, conn: conn, info: li, useImm: li.ImmediateData,
 		maxIT: li.UsedITIULen, maxTI: int(li.MaxTIIULen), reqLim: int(li.ReqLimDelta),
@@ -382,84 +353,91 @@ func errOr(err, def error) error {
 	return def
 }
 
-// receive dispatches one IU from the target (ib_srp srp_recv_done).
+// receive dispatches one IU from the target (ib_srp srp_recv_done). It
+// runs on the poller goroutine only.
 func (ch *channel) receive(b []byte) {
-	if len(b) == 0 {
-		ch.log.Warn("srp: empty IU from target")
+	op, err := srp.PeekOpcode(b)
+	if err != nil {
+		ch.log.Warn("srp: bad IU from target", "err", err)
 		return
 	}
-	switch b[0] {
-	case opRsp:
+	switch op {
+	case srp.OpRsp:
 		ch.receiveRsp(b)
-	case opCredReq, opAERReq:
-		// SRP_CRED_REQ (16 bytes) / SRP_AER_REQ (36+): add the delta and answer
-		// with SRP_CRED_RSP / SRP_AER_RSP echoing the tag (T10 SRP r16a §6.10-6.13).
-		if len(b) < 16 || (b[0] == opAERReq && len(b) < 36) {
-			ch.log.Warn("srp: short request from target", "op", b[0], "len", len(b))
+	case srp.OpCredReq:
+		// T10 SRP r16a §6.10: add the delta, answer SRP_CRED_RSP.
+		var q srp.CredReq
+		if err := q.Unmarshal(b); err != nil {
+			ch.log.Warn("srp: bad SRP_CRED_REQ", "err", err)
 			return
 		}
 		ch.mu.Lock()
-		ch.addCredits(int32(binary.BigEndian.Uint32(b[4:])))
+		ch.addCredits(int32(q.ReqLimDelta))
 		ch.mu.Unlock()
-		tag := binary.BigEndian.Uint64(b[8:])
-		op := byte(opCredRsp)
-		if b[0] == opAERReq {
-			op = opAERRsp
-			sl := int(binary.BigEndian.Uint32(b[28:]))
-			var sense []byte
-			if sl <= len(b)-36 {
-				sense = b[36 : 36+sl]
-			}
-			lun := binary.BigEndian.Uint64(b[20:])
-			if e := DecodeSense(StatusCheckCondition, sense); e != nil {
-				ch.log.Warn("srp: asynchronous event", "lun", lun, "sense", e.Error())
-			} else {
-				ch.log.Warn("srp: asynchronous event", "lun", lun)
-			}
+		ch.sendRsp(&srp.CredRsp{Tag: q.Tag})
+	case srp.OpAerReq:
+		// T10 SRP r16a §6.12: add the delta, log the event, answer SRP_AER_RSP.
+		var q srp.AerReq
+		if err := q.Unmarshal(b); err != nil {
+			ch.log.Warn("srp: bad SRP_AER_REQ", "err", err)
+			return
 		}
-		ch.sendRsp(op, tag)
-	case opTLogout:
-		reason := uint32(0)
-		if len(b) >= 8 {
-			reason = binary.BigEndian.Uint32(b[4:])
+		ch.mu.Lock()
+		ch.addCredits(int32(q.ReqLimDelta))
+		ch.mu.Unlock()
+		if e := DecodeSense(StatusCheckCondition, q.Sense); e != nil {
+			ch.log.Warn("srp: asynchronous event", "lun", q.LUN, "sense", e.Error())
+		} else {
+			ch.log.Warn("srp: asynchronous event", "lun", q.LUN)
 		}
-		ch.log.Warn("srp: target logout", "reason", reason)
-		ch.fail(fmt.Errorf("%w: target logged out (reason %#x)", ErrChannelDown, reason))
+		ch.sendRsp(&srp.AerRsp{Tag: q.Tag})
+	case srp.OpTLogout:
+		var q srp.TLogout
+		_ = q.Unmarshal(b)
+		ch.log.Warn("srp: target logout", "reason", q.Reason)
+		ch.fail(fmt.Errorf("%w: target logged out (%v)", ErrChannelDown, q.Reason))
 	default:
-		ch.log.Warn("srp: unhandled IU from target", "op", fmt.Sprintf("%#02x", b[0]), "len", len(b))
+		ch.log.Warn("srp: unhandled IU from target", "op", op, "len", len(b))
 	}
 }
 
 // sendRsp answers a target request. Without a free response IU the answer is
 // dropped with a warning, as ib_srp does.
-func (ch *channel) sendRsp(op byte, tag uint64) {
+func (ch *channel) sendRsp(iu srp.IU) {
 	var r *request
 	select {
 	case r = <-ch.rspFree:
 	default:
-		ch.log.Warn("srp: no IU free to answer target request", "op", op)
+		ch.log.Warn("srp: no IU free to answer target request", "op", iu.Opcode())
 		return
 	}
-	clear(r.iu[:16])
-	r.iu[0] = op
-	binary.BigEndian.PutUint64(r.iu[8:], tag)
+	b, _ := iu.AppendTo(r.iu[:0])
 	r.refs.Store(1)
-	r.sge[0].Length = 16
-	if err := ch.conn.PostSend(rdma.SendWR{ID: wrSend | uint64(r.idx), Op: rdma.OpSend, Local: r.sge[:], Signaled: true}); err != nil {
+	if err := r.post(len(b)); err != nil {
 		r.put()
 		ch.fail(err)
 	}
 }
 
-// receiveRsp handles an SRP_RSP (T10 SRP r16a §6.9, table 21).
+// receiveRsp handles an SRP_RSP (T10 SRP r16a §6.9, table 21). A response
+// for an unknown tag still carries credits.
 func (ch *channel) receiveRsp(b []byte) {
-	if len(b) < rspHdrLen {
-		ch.log.Warn("srp: short SRP_RSP", "len", len(b))
-		return
+	q := &ch.rsp
+	if err := q.Unmarshal(b); err != nil {
+		if len(b) < rspHdrLen {
+			ch.log.Warn("srp: bad SRP_RSP", "err", err)
+			return
+		}
+		// Keep the fixed part: the command still completes, without the
+		// truncated response or sense data.
+		ch.log.Warn("srp: truncated SRP_RSP", "err", err)
+		*q = srp.Rsp{ReqLimDelta: binary.BigEndian.Uint32(b[4:]), Tag: binary.BigEndian.Uint64(b[8:]),
+			Flags: srp.RspFlags(b[18]), Status: b[19], DataOutResCnt: binary.BigEndian.Uint32(b[20:]),
+			DataInResCnt: binary.BigEndian.Uint32(b[24:])}
 	}
-	tag := binary.BigEndian.Uint64(b[8:])
+	tag := q.Tag
 	ch.mu.Lock()
-	ch.addCredits(int32(binary.BigEndian.Uint32(b[4:])))
+	ch.addCredits(int32(q.ReqLimDelta))
 	idx := int(tag & 0xffff)
 	if tag>>48 != uint64(ch.idx) || idx >= len(ch.reqs) || ch.reqs[idx].tag != tag || !ch.reqs[idx].active {
 		ch.mu.Unlock()
@@ -469,22 +447,12 @@ func (ch *channel) receiveRsp(b []byte) {
 	r := &ch.reqs[idx]
 	r.active = false
 	ch.mu.Unlock()
-	r.flags, r.status = b[18], b[19]
-	r.dataOutRes = binary.BigEndian.Uint32(b[20:])
-	r.dataInRes = binary.BigEndian.Uint32(b[24:])
-	senseLen := int(binary.BigEndian.Uint32(b[28:]))
-	respLen := int(binary.BigEndian.Uint32(b[32:]))
-	r.respValid, r.respCode, r.sense = false, 0, nil
-	rest := b[rspHdrLen:]
-	if r.flags&rspValid != 0 && respLen >= 4 && respLen <= len(rest) {
-		r.respValid, r.respCode = true, rest[3]
-	}
-	if r.flags&rspValid != 0 && respLen <= len(rest) {
-		rest = rest[respLen:]
-	}
-	if r.flags&snsValid != 0 {
-		senseLen = min(senseLen, len(rest), len(r.senseBuf))
-		r.sense = r.senseBuf[:copy(r.senseBuf[:], rest[:senseLen])]
+	r.flags, r.status = uint8(q.Flags), q.Status
+	r.dataOutRes, r.dataInRes = q.DataOutResCnt, q.DataInResCnt
+	r.respCode, r.respValid = q.TMFCode()
+	r.sense = nil
+	if q.Flags&srp.SnsValid != 0 {
+		r.sense = r.senseBuf[:copy(r.senseBuf[:], q.Sense)]
 	}
 	r.done <- struct{}{}
 }

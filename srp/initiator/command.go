@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/srp"
 )
 
 // Task attributes (SAM-5 §8.6; SRP_CMD task_attr).
@@ -130,6 +131,7 @@ func (ch *channel) execute(ctx context.Context, cmd *Command, res *Result) error
 		r.put()
 		r.put()
 		if errors.Is(err, rdma.ErrClosed) {
+			ch.fail(err)
 			return ErrChannelDown
 		}
 		return err
@@ -175,7 +177,7 @@ func (ch *channel) fill(r *request, res *Result, inLen int) {
 	res.Status, res.Flags = r.status, r.flags
 	res.DataInResidual, res.DataOutResidual = r.dataInRes, r.dataOutRes
 	res.DataInLen = inLen
-	if r.flags&diUnder != 0 {
+	if srp.RspFlags(r.flags)&srp.DataInUnder != 0 {
 		res.DataInLen = max(0, inLen-int(r.dataInRes))
 	}
 	res.Sense = nil
@@ -247,7 +249,7 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 	}
 	// SRP_CMD (T10 SRP r16a §6.8, table 16).
 	clear(iu[:48])
-	iu[0] = opCmd
+	iu[0] = byte(srp.OpCmd)
 	binary.BigEndian.PutUint64(iu[8:], r.tag)
 	binary.BigEndian.PutUint64(iu[20:], cmd.LUN)
 	iu[29] = cmd.Attr & 7
@@ -264,7 +266,7 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 		if ch.useImm && addCDB == 0 && ImmDataOffset+outLen <= ch.maxIT {
 			// Immediate data (SRP-2; ib_srp SRP_DATA_DESC_IMM): imm_buf then the
 			// data at imm_data_offset 68.
-			iu[5] = fmtImm << 4
+			iu[5] = byte(srp.DescImm) << 4
 			binary.BigEndian.PutUint32(iu[48:], uint32(outLen))
 			clear(iu[52:ImmDataOffset])
 			off := ImmDataOffset
@@ -325,7 +327,7 @@ func (ch *channel) mapData(r *request, n int, sg [][]byte, acc rdma.Access) (byt
 	}
 	if nseg == 1 {
 		putDesc(iu[n:], r.mrs[0])
-		return fmtDirect, 0, n + 16, nil
+		return byte(srp.DescDirect), 0, n + 16, nil
 	}
 	// srp_indirect_buf: table_desc, len, desc_list[].
 	binary.BigEndian.PutUint64(iu[n:], ch.tableMR.Addr()+uint64(r.tOff))
@@ -338,7 +340,7 @@ func (ch *channel) mapData(r *request, n int, sg [][]byte, acc rdma.Access) (byt
 		total += len(mr.Bytes())
 	}
 	binary.BigEndian.PutUint32(iu[n+16:], uint32(total))
-	return fmtIndirect, byte(nseg), n + 20 + 16*nseg, nil
+	return byte(srp.DescIndirect), byte(nseg), n + 20 + 16*nseg, nil
 }
 
 // tmf sends an SRP_TSK_MGMT (T10 SRP r16a §6.7, table 18) and waits for its
@@ -357,18 +359,17 @@ func (ch *channel) tmf(ctx context.Context, fn uint8, lun, taskTag uint64) (uint
 		return 0, err
 	}
 	r.activate(2)
-	iu := r.iu
-	clear(iu[:48])
-	iu[0] = opTskMgmt
-	binary.BigEndian.PutUint64(iu[8:], r.tag)
-	binary.BigEndian.PutUint64(iu[20:], lun)
-	iu[30] = fn
-	binary.BigEndian.PutUint64(iu[32:], taskTag)
-	if err := r.post(48); err != nil {
+	tm := srp.TaskMgmt{Tag: r.tag, LUN: lun, Func: srp.TMF(fn), TaskTag: taskTag}
+	b, _ := tm.AppendTo(r.iu[:0])
+	if err := r.post(len(b)); err != nil {
 		r.deactivate()
 		ch.returnCredit()
 		r.put()
 		r.put()
+		if errors.Is(err, rdma.ErrClosed) {
+			ch.fail(err)
+			return 0, ErrChannelDown
+		}
 		return 0, err
 	}
 	r.timer.Reset(ch.s.opts.TMFTimeout)

@@ -31,9 +31,13 @@ const (
 	// tmfReserve is the credit kept back for task management
 	// (ib_srp SRP_TSK_MGMT_SQ_SIZE).
 	tmfReserve = 1
+	// rspSQSize is the send queue room ib_srp keeps for answers to target
+	// requests (SRP_RSP_SQ_SIZE); can_queue leaves it out of queue_size.
+	rspSQSize = 1
 	// rspSlots is how many IUs answer target requests (CRED_RSP, AER_RSP)
-	// concurrently (ib_srp SRP_RSP_SQ_SIZE).
-	rspSlots = 1
+	// at once here: a few more than ib_srp, so that a CRED_REQ and an
+	// AER_REQ back to back are both answered.
+	rspSlots = 4
 )
 
 // IO classes (T10 SRP r16a §5.3.2; Linux SRP_REV10_IB_IO_CLASS and

@@ -1,0 +1,490 @@
+package initiator
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/rdma/loopback"
+	"github.com/gosrp/gosrp/srp"
+)
+
+func testCtx(t *testing.T) context.Context {
+	d := 30 * time.Second
+	if dl, ok := t.Deadline(); ok && time.Until(dl) < d {
+		d = time.Until(dl) - time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func setup(t *testing.T, tune func(*fakeTarget, *Options)) (*fakeTarget, *Session) {
+	t.Helper()
+	net := loopback.NewNetwork()
+	ft := newFakeTarget(t, net)
+	o := Options{Dest: ft.addr(), IDExt: 0x0002c90300a1b2c3, IOCGUID: 0x0002c90300a1b2c3, InitiatorExt: 1, InitiatorGUID: 0x1122334455667788}
+	if tune != nil {
+		tune(ft, &o)
+	}
+	dev := net.NewDevice("initiator")
+	t.Cleanup(func() { dev.Close() })
+	s, err := Dial(testCtx(t), dev, o)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return ft, s
+}
+
+func TestReqITIULen(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want int
+	}{
+		{Options{}, 8260}, // 68 + 8192
+		{Options{NoImmData: true}, 48 + 16 + 20 + 16*12},    // 276
+		{Options{CmdSGEntries: 255, NoImmData: true}, 4164}, // 84 + 4080
+		{Options{CmdSGEntries: 255}, 8260},                  // max(4164, 8260)
+		{Options{MaxITIUSize: 1000}, 1000},                  // capped
+		{Options{MaxImmData: 65536}, 68 + 65536},
+	} {
+		if got := c.o.ReqITIULen(); got != c.want {
+			t.Errorf("%+v: ReqITIULen = %d, want %d", c.o, got, c.want)
+		}
+	}
+}
+
+func TestLoginPrivateDataBytes(t *testing.T) {
+	o := Options{IDExt: 0x0102030405060708, IOCGUID: 0x1112131415161718, InitiatorExt: 0x2122232425262728, InitiatorGUID: 0x3132333435363738, Dest: "x"}
+	b := loginPrivateData(o.withDefaults(), false)
+	want := []byte{
+		0, 0, 0, 0, 0, 0, 0, 0, // tag
+		0x00, 0x06, // req_buf_fmt DIRECT|INDIRECT
+		0x80,                   // SINGLE | IMMED_REQUESTED
+		0x00,                   // opcode LOGIN_REQ
+		0x00, 0x00, 0x20, 0x44, // req_it_iu_len 8260
+		0x21, 0x22, 0x23, 0x24, 0x25, 0x26, 0x27, 0x28, 0x31, 0x32, 0x33, 0x34, 0x35, 0x36, 0x37, 0x38, // initiator_ext || GUID
+		0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, // id_ext || ioc_guid
+		0x00, 0x44, // imm_data_offset 68
+		0, 0, 0, 0, 0, 0,
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatalf("login private data\n got %x\nwant %x", b, want)
+	}
+	m := loginPrivateData(o.withDefaults(), true)
+	if m[10] != 0x81 {
+		t.Errorf("MULTI req_flags = %#x, want 0x81", m[10])
+	}
+	o.IOClass = IOClassRev10
+	r10 := loginPrivateData(o.withDefaults(), false)
+	if r10[16] != 0x31 || r10[24] != 0x21 || r10[32] != 0x11 || r10[40] != 0x01 {
+		t.Errorf("rev10 port IDs not swapped: %x", r10[16:48])
+	}
+}
+
+func TestLoginFacts(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { ft.reqLim = 16; o.ChCount = 3 })
+	li := s.Info()
+	// can_queue = min(req_lim - 1, queue_size - 2) = min(15, 62).
+	if li.CanQueue != 15 || !li.ImmediateData || li.UsedITIULen != 8260 || li.MaxTIIULen != 256 {
+		t.Errorf("login info %+v", li)
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if len(ft.logins) != 3 {
+		t.Fatalf("%d logins, want 3", len(ft.logins))
+	}
+	for i, l := range ft.logins {
+		want := srp.MultiChanMulti
+		if i == 0 {
+			want = srp.MultiChanSingle
+		}
+		if l.ReqFlags&srp.MultiChanMask != want || l.ReqFlags&srp.LoginImmRequested == 0 || l.ImmDataOffset != 68 || l.ReqITIULen != 8260 {
+			t.Errorf("login %d: %+v", i, l)
+		}
+	}
+}
+
+func TestLoginReject(t *testing.T) {
+	net := loopback.NewNetwork()
+	ft := newFakeTarget(t, net)
+	ft.reject = srp.RejChannelLimitReached
+	dev := net.NewDevice("initiator")
+	defer dev.Close()
+	_, err := Dial(testCtx(t), dev, Options{Dest: ft.addr()})
+	var lr *LoginRejectError
+	if !errors.As(err, &lr) || lr.Reason != 0x10006 {
+		t.Fatalf("err = %v, want LoginRejectError 0x10006", err)
+	}
+	if !strings.Contains(err.Error(), "ACL") {
+		t.Errorf("reject message gives no hint: %v", err)
+	}
+}
+
+func TestReadWriteDescriptors(t *testing.T) {
+	ft, s := setup(t, nil)
+	ctx := testCtx(t)
+	lun := LUN(0)
+	cases := []struct {
+		name   string
+		segs   []int
+		bufFmt byte // SRP_CMD byte 5 of the write
+		outCnt byte
+	}{
+		{"immediate 1 block", []int{512}, 0x30, 0},
+		{"immediate 16 blocks", []int{8192}, 0x30, 0},
+		{"direct 17 blocks", []int{8704}, 0x10, 0},
+		{"direct 128 blocks", []int{65536}, 0x10, 0},
+		{"indirect 3 segments", []int{4096, 8192, 4096 * 4}, 0x20, 3},
+	}
+	lba := uint64(0)
+	for _, c := range cases {
+		var segs [][]byte
+		var all []byte
+		for _, n := range c.segs {
+			b := make([]byte, n)
+			rand.Read(b)
+			segs = append(segs, b)
+			all = append(all, b...)
+		}
+		blocks := uint32(len(all) / 512)
+		if c.name == "indirect 3 segments" {
+			// Large enough to skip immediate data.
+		}
+		_, err := s.run(ctx, &Command{LUN: lun, CDB: rw16(opWrite16, lba, blocks, false), DataOut: segs})
+		if err != nil {
+			t.Fatalf("%s: write: %v", c.name, err)
+		}
+		ft.mu.Lock()
+		raw := ft.rawIUs[len(ft.rawIUs)-1]
+		ft.mu.Unlock()
+		if raw[5] != c.bufFmt || raw[6] != c.outCnt {
+			t.Errorf("%s: buf_fmt %#02x out_cnt %d, want %#02x %d", c.name, raw[5], raw[6], c.bufFmt, c.outCnt)
+		}
+		if c.bufFmt == 0x30 {
+			if len(raw) != 68+len(all) || binary.BigEndian.Uint32(raw[48:]) != uint32(len(all)) {
+				t.Errorf("%s: immediate IU %d bytes, imm len %d", c.name, len(raw), binary.BigEndian.Uint32(raw[48:]))
+			}
+		}
+		if c.bufFmt == 0x20 {
+			// indirect: table_desc len 16*3, total len, then the three descriptors.
+			if binary.BigEndian.Uint32(raw[48+12:]) != 48 || binary.BigEndian.Uint32(raw[48+16:]) != uint32(len(all)) || len(raw) != 48+20+48 {
+				t.Errorf("%s: indirect header %x", c.name, raw[48:68])
+			}
+		}
+		// Read back through a scatter list of the same shape.
+		in := make([][]byte, len(c.segs))
+		for i, n := range c.segs {
+			in[i] = make([]byte, n)
+		}
+		res, err := s.run(ctx, &Command{LUN: lun, CDB: rw16(opRead16, lba, blocks, false), DataIn: in})
+		if err != nil || res.DataInLen != len(all) {
+			t.Fatalf("%s: read: %v (%d bytes)", c.name, err, res.DataInLen)
+		}
+		if !bytes.Equal(bytes.Join(in, nil), all) {
+			t.Fatalf("%s: data read back differs", c.name)
+		}
+		ft.mu.Lock()
+		raw = ft.rawIUs[len(ft.rawIUs)-1]
+		ft.mu.Unlock()
+		wantIn := byte(0x01)
+		if len(c.segs) > 1 {
+			wantIn = 0x02
+		}
+		if raw[5] != wantIn || (wantIn == 2 && raw[7] != byte(len(c.segs))) {
+			t.Errorf("%s: read buf_fmt %#02x in_cnt %d", c.name, raw[5], raw[7])
+		}
+		lba += uint64(blocks)
+	}
+}
+
+func TestNoImmediateWhenTargetRefuses(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { ft.immOK = false })
+	if s.Info().ImmediateData {
+		t.Fatal("immediate data in use although the target did not set IMMED_SUPP")
+	}
+	if err := s.Write16(testCtx(t), 0, 0, make([]byte, 512), 512, false); err != nil {
+		t.Fatal(err)
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if raw := ft.rawIUs[len(ft.rawIUs)-1]; raw[5] != 0x10 {
+		t.Errorf("buf_fmt %#02x, want direct data-out 0x10", raw[5])
+	}
+}
+
+func TestMappingLimits(t *testing.T) {
+	_, s := setup(t, func(ft *fakeTarget, o *Options) { o.CmdSGEntries = 2; o.MaxSect = 16 })
+	ctx := testCtx(t)
+	segs := [][]byte{make([]byte, 512), make([]byte, 512), make([]byte, 512)}
+	if _, err := s.Execute(ctx, &Command{CDB: rw16(opRead16, 0, 3, false), DataIn: segs}); !errors.Is(err, ErrTooManySegments) {
+		t.Errorf("3 segments with cmd_sg_entries=2: %v", err)
+	}
+	if _, err := s.Execute(ctx, &Command{CDB: rw16(opRead16, 0, 17, false), DataIn: [][]byte{make([]byte, 17*512)}}); !errors.Is(err, ErrTransferTooLarge) {
+		t.Errorf("17 sectors with max_sect=16: %v", err)
+	}
+	// The session still works and its credits were returned.
+	for i := 0; i < 40; i++ {
+		if err := s.TestUnitReady(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSCSIHelpers(t *testing.T) {
+	_, s := setup(t, nil)
+	ctx := testCtx(t)
+	b, err := s.Inquiry(ctx, 0, false, 0, 96)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inq, err := ParseInquiry(b)
+	if err != nil || inq.Vendor != "GOSRP" || inq.Product != "FAKE TARGET" || inq.Revision != "0001" || inq.Version != 6 {
+		t.Errorf("inquiry %+v %v", inq, err)
+	}
+	c, err := s.ReadCapacity16(ctx, 0)
+	if err != nil || c.Blocks() != fakeBlocks || c.BlockSize != 512 {
+		t.Errorf("capacity %+v %v", c, err)
+	}
+	luns, err := s.ReportLUNs(ctx)
+	if err != nil || len(luns) != 2 || luns[0] != 0 || luns[1] != 0x0001000000000000 {
+		t.Errorf("luns %x %v", luns, err)
+	}
+	// An unsupported opcode: CHECK CONDITION, ILLEGAL REQUEST, 20h/00h.
+	_, err = s.run(ctx, &Command{CDB: []byte{0xc7, 0, 0, 0, 0, 0}})
+	if !IsSense(err, SenseIllegalRequest, 0x20, 0) || !strings.Contains(err.Error(), "INVALID COMMAND OPERATION CODE") {
+		t.Errorf("unsupported opcode: %v", err)
+	}
+	// Out of range: 21h/00h.
+	err = s.Read16(ctx, 0, fakeBlocks, make([]byte, 512), 512, false)
+	if !IsSense(err, SenseIllegalRequest, 0x21, 0) {
+		t.Errorf("read past the end: %v", err)
+	}
+}
+
+func TestConcurrentIOAndCredits(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { ft.reqLim = 8; o.ChCount = 2 })
+	ctx := testCtx(t)
+	const workers, per = 48, 20
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			buf := make([]byte, 4096)
+			got := make([]byte, 4096)
+			for i := 0; i < per; i++ {
+				lba := uint64(w*8) % (fakeBlocks - 8)
+				rand.Read(buf)
+				if err := s.Write16(ctx, 0, lba, buf, 512, i%2 == 0); err != nil {
+					errs <- err
+					return
+				}
+				if err := s.Read16(ctx, 0, lba, got, 512, false); err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(buf, got) {
+					errs <- fmt.Errorf("worker %d: data mismatch", w)
+					return
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	// Two channels, each with req_lim 8 of which one is kept for TMFs.
+	if ft.maxOut > 2*7 {
+		t.Errorf("target saw %d commands outstanding, more than 2 channels × (req_lim-1)", ft.maxOut)
+	}
+}
+
+func TestCredReqAndAER(t *testing.T) {
+	ft, s := setup(t, nil)
+	ctx := testCtx(t)
+	ft.sendToAll(&srp.CredReq{ReqLimDelta: 3, Tag: 0xfeed})
+	sense := checkCondition(6, 0x2a, 0x09)
+	ft.sendToAll(&srp.AerReq{ReqLimDelta: 0, Tag: 0xbeef, LUN: LUN(0), Sense: sense})
+	for {
+		ft.mu.Lock()
+		done := len(ft.credRsps) == 1 && len(ft.aerRsps) == 1
+		ft.mu.Unlock()
+		if done {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no CRED_RSP/AER_RSP")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	ft.mu.Lock()
+	if ft.credRsps[0] != 0xfeed || ft.aerRsps[0] != 0xbeef {
+		t.Errorf("tags %x %x", ft.credRsps, ft.aerRsps)
+	}
+	ft.mu.Unlock()
+	s.chans[0].mu.Lock()
+	if got := s.chans[0].reqLim; got != 32+3 {
+		t.Errorf("req_lim after CRED_REQ delta 3: %d, want 35", got)
+	}
+	s.chans[0].mu.Unlock()
+}
+
+func TestAbortOnTimeout(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.CommandTimeout = 100 * time.Millisecond })
+	ft.mu.Lock()
+	ft.hold = true
+	ft.mu.Unlock()
+	err := s.TestUnitReady(testCtx(t), 0)
+	if !errors.Is(err, ErrAborted) {
+		t.Fatalf("held command: %v, want ErrAborted", err)
+	}
+	ft.mu.Lock()
+	ft.hold = false
+	if len(ft.tmfs) != 1 || ft.tmfs[0].Func != srp.TMFAbortTask || ft.tmfs[0].TaskTag != ft.cmds[len(ft.cmds)-1].Tag {
+		t.Errorf("TMFs %+v, want one ABORT TASK naming tag %#x", ft.tmfs, ft.cmds[len(ft.cmds)-1].Tag)
+	}
+	ft.mu.Unlock()
+	if err := s.TestUnitReady(testCtx(t), 0); err != nil {
+		t.Fatalf("after abort: %v", err)
+	}
+}
+
+func TestLUNReset(t *testing.T) {
+	ft, s := setup(t, nil)
+	ctx := testCtx(t)
+	ft.mu.Lock()
+	ft.hold = true
+	ft.mu.Unlock()
+	errc := make(chan error, 1)
+	go func() { errc <- s.TestUnitReady(ctx, 0) }()
+	for {
+		ft.mu.Lock()
+		n := len(ft.held)
+		ft.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("command not held")
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	if err := s.LUNReset(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrAborted) {
+		t.Errorf("command outstanding over a LUN reset: %v", err)
+	}
+	if err := s.AbortTask(ctx, 0, 12345); err == nil {
+		t.Error("ABORT TASK of an unknown tag succeeded")
+	} else if te := (*TMFError)(nil); !errors.As(err, &te) || te.Response != 5 {
+		t.Errorf("ABORT TASK of an unknown tag: %v", err)
+	}
+}
+
+func TestReconnectAfterTargetDrop(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.ReconnectDelay = 20 * time.Millisecond; o.ChCount = 2 })
+	ctx := testCtx(t)
+	data := make([]byte, 4096)
+	rand.Read(data)
+	if err := s.Write16(ctx, 0, 8, data, 512, false); err != nil {
+		t.Fatal(err)
+	}
+	ft.dropAll()
+	// Commands issued while the session is blocked wait and then succeed.
+	got := make([]byte, 4096)
+	if err := s.Read16(ctx, 0, 8, got, 512, false); err != nil {
+		t.Fatalf("read across reconnect: %v", err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("data differs after reconnect")
+	}
+	if st := s.State(); st != StateRunning {
+		t.Errorf("state %v", st)
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if len(ft.logins) != 4 || ft.logins[2].ReqFlags&srp.MultiChanMask != srp.MultiChanSingle {
+		t.Errorf("%d logins after reconnect", len(ft.logins))
+	}
+}
+
+func TestFastIOFailAndDevLoss(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) {
+		o.ReconnectDelay = 20 * time.Millisecond
+		o.FastIOFailTmo = 100 * time.Millisecond
+		o.DevLossTmo = 300 * time.Millisecond
+	})
+	ctx := testCtx(t)
+	ft.ln.Close()
+	ft.dropAll()
+	err := s.TestUnitReady(ctx, 0)
+	if !errors.Is(err, ErrFastIOFail) {
+		t.Fatalf("err %v, want ErrFastIOFail", err)
+	}
+	for s.State() != StateLost {
+		select {
+		case <-ctx.Done():
+			t.Fatal("never lost")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := s.TestUnitReady(ctx, 0); !errors.Is(err, ErrDevLoss) {
+		t.Fatalf("err %v, want ErrDevLoss", err)
+	}
+}
+
+func TestDecodeSense(t *testing.T) {
+	// Fixed format, VALID with INFORMATION 0x1234, MEDIUM ERROR 11h/00h.
+	f := []byte{0xf0, 0, 0x03, 0, 0, 0x12, 0x34, 10, 0, 0, 0, 0, 0x11, 0x00, 0, 0, 0, 0}
+	e := DecodeSense(StatusCheckCondition, f)
+	if e == nil || e.Key != 3 || e.ASC != 0x11 || !e.InfoValid || e.Info != 0x1234 {
+		t.Errorf("fixed: %+v", e)
+	}
+	// Descriptor format, MISCOMPARE 1Dh/00h, information descriptor 0x20.
+	d := []byte{0x72, 0x0e, 0x1d, 0x00, 0, 0, 0, 12, 0x00, 0x0a, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0x20}
+	e = DecodeSense(StatusCheckCondition, d)
+	if e == nil || e.Key != SenseMiscompare || e.ASC != 0x1d || !e.InfoValid || e.Info != 0x20 {
+		t.Errorf("descriptor: %+v", e)
+	}
+	if !strings.Contains(e.Error(), "MISCOMPARE") {
+		t.Errorf("message %q", e.Error())
+	}
+	for _, b := range [][]byte{nil, {0x70}, {0x72, 1}, {0x00, 0, 0}} {
+		if DecodeSense(2, b) != nil {
+			t.Errorf("decoded junk %x", b)
+		}
+	}
+}
+
+func FuzzDecodeSense(f *testing.F) {
+	f.Add([]byte{0x70, 0, 5, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0})
+	f.Add([]byte{0x72, 5, 0x24, 0, 0, 0, 0, 12, 0, 10, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if e := DecodeSense(2, b); e != nil {
+			_ = e.Error()
+		}
+	})
+}
+
+func TestLUNEncoding(t *testing.T) {
+	if LUN(1) != 0x0001000000000000 || LUN(300) != 0x412c000000000000 || LUNNumber(LUN(300)) != 300 {
+		t.Errorf("LUN(1)=%#x LUN(300)=%#x", LUN(1), LUN(300))
+	}
+}
