@@ -248,10 +248,13 @@ func (fc *fakeConn) handle(iu []byte) {
 		ft.outstanding++
 		ft.maxOut = max(ft.maxOut, ft.outstanding)
 		ft.mu.Unlock()
-		fc.command(&c)
+		rsp := fc.command(&c)
 		ft.mu.Lock()
 		ft.outstanding--
 		ft.mu.Unlock()
+		if rsp != nil {
+			fc.send(rsp)
+		}
 	default:
 		ft.t.Errorf("fake target: unexpected IU %v", op)
 	}
@@ -285,7 +288,7 @@ func checkCondition(key, asc, ascq uint8) []byte {
 	return s
 }
 
-func (fc *fakeConn) command(c *srp.Cmd) {
+func (fc *fakeConn) command(c *srp.Cmd) *srp.Rsp {
 	ft := fc.ft
 	out, in, outLen, inLen := c.Data()
 	rsp := &srp.Rsp{ReqLimDelta: 1, Tag: c.Tag}
@@ -295,7 +298,7 @@ func (fc *fakeConn) command(c *srp.Cmd) {
 	} else if outLen > 0 {
 		dataOut = make([]byte, outLen)
 		if !fc.rdma(rdma.OpRDMARead, out, dataOut) {
-			return
+			return nil
 		}
 	}
 	var dataIn []byte
@@ -312,7 +315,7 @@ func (fc *fakeConn) command(c *srp.Cmd) {
 		ft.mu.Unlock()
 		if hold {
 			<-rel
-			return // aborted: no response (TAS=0)
+			return nil // aborted: no response (TAS=0)
 		}
 	case 0x12:
 		dataIn = make([]byte, 36)
@@ -349,14 +352,14 @@ func (fc *fakeConn) command(c *srp.Cmd) {
 	}
 	if inLen > 0 {
 		if !fc.rdma(rdma.OpRDMAWrite, in, dataIn) {
-			return
+			return nil
 		}
 		if uint64(len(dataIn)) < inLen {
 			rsp.Flags |= srp.DataInUnder
 			rsp.DataInResCnt = uint32(inLen - uint64(len(dataIn)))
 		}
 	}
-	fc.send(rsp)
+	return rsp
 }
 
 // sendToAll sends iu on every connection (CRED_REQ, AER_REQ tests).
