@@ -1,0 +1,84 @@
+// Package backstore holds the storage behind SCSI logical units: regular
+// files, block devices and RAM. A backstore is a flat array of bytes; it knows
+// nothing of SCSI. Optional abilities (flush, unmap, write same, resize,
+// allocation status) are one-method interfaces found by type assertion, in
+// the manner of SPDK's io_type_supported.
+//
+// Errors returned by backstores wrap the operating system's errno (for
+// example syscall.ENOSPC, syscall.EIO) so the SCSI core can map them to
+// sense data with errors.Is.
+package backstore
+
+import (
+	"errors"
+	"io"
+)
+
+// Backstore is the minimal storage contract. Offsets and lengths are bytes.
+// ReadAt and WriteAt follow io.ReaderAt/io.WriterAt and may be called
+// concurrently from many goroutines. Writes are durable only after Sync
+// (if the backstore implements Syncer) unless the backstore says otherwise.
+type Backstore interface {
+	io.ReaderAt
+	io.WriterAt
+	// Size is the current capacity in bytes.
+	Size() int64
+	// Close releases the backstore; no call may follow it.
+	Close() error
+}
+
+// Syncer is implemented by backstores with a volatile cache. Sync makes every
+// write that completed before the call durable (fdatasync for files and
+// block devices). It backs FUA, SYNCHRONIZE CACHE and WCE=0 writes.
+type Syncer interface {
+	Sync() error
+}
+
+// Unmapper is implemented by thin-provisioned backstores. Unmap deallocates
+// length bytes at off; later reads of that range return zeros
+// (SBC-3 LBPRZ=1). For files: fallocate(PUNCH_HOLE|KEEP_SIZE); for block
+// devices: BLKDISCARD (the device must read back zeros).
+type Unmapper interface {
+	Unmap(off, length int64) error
+}
+
+// WriteSamer is implemented by backstores that can replicate one block
+// faster than a write loop. WriteSame writes block count times starting at
+// off (len(block) bytes each).
+type WriteSamer interface {
+	WriteSame(block []byte, off int64, count int64) error
+}
+
+// Resizer is implemented by backstores whose capacity can change. Resize
+// sets the capacity to size bytes; growth reads back as zeros.
+type Resizer interface {
+	Resize(size int64) error
+}
+
+// AllocationStatuser reports whether storage is allocated, for GET LBA
+// STATUS (SBC-3 §5.7). Status returns whether the byte at off is mapped and
+// the length in bytes (at least 1, at most limit) of the run starting at off
+// with that same state.
+type AllocationStatuser interface {
+	AllocationStatus(off, limit int64) (mapped bool, length int64, err error)
+}
+
+// BlockSizer is implemented by backstores with a native logical block size
+// (block devices: BLKSSZGET), in bytes.
+type BlockSizer interface {
+	LogicalBlockSize() int
+}
+
+// ErrClosed is returned by operations on a closed backstore.
+var ErrClosed = errors.New("backstore: closed")
+
+// ErrOutOfRange is returned for accesses beyond Size.
+var ErrOutOfRange = errors.New("backstore: access beyond end")
+
+// checkRange validates [off, off+n) against size.
+func checkRange(off int64, n int, size int64) error {
+	if off < 0 || n < 0 || off > size || int64(n) > size-off {
+		return ErrOutOfRange
+	}
+	return nil
+}

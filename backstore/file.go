@@ -1,0 +1,292 @@
+package backstore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// Linux fallocate(2) mode bits (include/uapi/linux/falloc.h).
+const (
+	fallocKeepSize  = 0x01 // FALLOC_FL_KEEP_SIZE
+	fallocPunchHole = 0x02 // FALLOC_FL_PUNCH_HOLE
+)
+
+// lseek(2) whence values for sparse files (include/uapi/linux/fs.h).
+const (
+	seekData = 3 // SEEK_DATA
+	seekHole = 4 // SEEK_HOLE
+)
+
+// Block device ioctls (include/uapi/linux/fs.h).
+const (
+	blkGetSize64 = 0x80081272 // BLKGETSIZE64: u64 bytes
+	blkSSZGet    = 0x1268     // BLKSSZGET: int logical block size
+	blkDiscard   = 0x1277     // BLKDISCARD: u64[2] {start, len}
+)
+
+// File is a backstore on a regular file or a block device node, read and
+// written with pread/pwrite; Sync is fdatasync. Safe for concurrent use.
+type File struct {
+	f       *os.File
+	fd      int
+	block   bool // a block device node
+	lbs     int  // native logical block size (block devices), bytes
+	mu      sync.RWMutex
+	size    int64
+	noPunch bool // the filesystem refused PUNCH_HOLE; Unmap writes zeros
+}
+
+// FileOptions configure OpenFile.
+type FileOptions struct {
+	// Size, when > 0 and the path is a regular file, creates the file if
+	// missing and sets its length to Size bytes (sparse).
+	Size int64
+	// ReadOnly opens the file O_RDONLY.
+	ReadOnly bool
+	// Direct opens with O_DIRECT (callers must then use aligned buffers).
+	Direct bool
+}
+
+// OpenFile opens a regular file or a block device node as a backstore.
+// Block devices are sized with BLKGETSIZE64; regular files by their length.
+func OpenFile(path string, o FileOptions) (*File, error) {
+	flags := os.O_RDWR
+	if o.ReadOnly {
+		flags = os.O_RDONLY
+	}
+	if o.Direct {
+		flags |= syscall.O_DIRECT
+	}
+	if o.Size > 0 && !o.ReadOnly {
+		flags |= os.O_CREATE
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	b := &File{f: f, fd: int(f.Fd())}
+	switch {
+	case st.Mode()&os.ModeDevice != 0 && st.Mode()&os.ModeCharDevice == 0:
+		b.block = true
+		var sz uint64
+		if err := ioctl(b.fd, blkGetSize64, unsafe.Pointer(&sz)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("backstore: BLKGETSIZE64 %s: %w", path, err)
+		}
+		var lbs int32
+		if err := ioctl(b.fd, blkSSZGet, unsafe.Pointer(&lbs)); err == nil {
+			b.lbs = int(lbs)
+		}
+		b.size = int64(sz)
+	case st.Mode().IsRegular():
+		b.size = st.Size()
+		if o.Size > 0 && st.Size() != o.Size && !o.ReadOnly {
+			if err := f.Truncate(o.Size); err != nil {
+				f.Close()
+				return nil, err
+			}
+			b.size = o.Size
+		}
+	default:
+		f.Close()
+		return nil, fmt.Errorf("backstore: %s is neither a regular file nor a block device", path)
+	}
+	return b, nil
+}
+
+func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
+	_, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), req, uintptr(arg))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// Size implements Backstore.
+func (b *File) Size() int64 {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.size
+}
+
+// IsBlockDevice reports whether the backstore is a block device node.
+func (b *File) IsBlockDevice() bool { return b.block }
+
+// Close implements Backstore.
+func (b *File) Close() error { return b.f.Close() }
+
+// ReadAt implements io.ReaderAt with pread(2). A short read inside Size
+// (a file shrunk behind our back) is completed with zeros.
+func (b *File) ReadAt(p []byte, off int64) (int, error) {
+	if err := checkRange(off, len(p), b.Size()); err != nil {
+		return 0, err
+	}
+	n, err := b.f.ReadAt(p, off)
+	if errors.Is(err, io.EOF) {
+		clear(p[n:])
+		return len(p), nil
+	}
+	return n, unwrapPathError(err)
+}
+
+// WriteAt implements io.WriterAt with pwrite(2).
+func (b *File) WriteAt(p []byte, off int64) (int, error) {
+	if err := checkRange(off, len(p), b.Size()); err != nil {
+		return 0, err
+	}
+	n, err := b.f.WriteAt(p, off)
+	return n, unwrapPathError(err)
+}
+
+// Sync implements Syncer with fdatasync(2).
+func (b *File) Sync() error {
+	for {
+		err := syscall.Fdatasync(b.fd)
+		if err != syscall.EINTR {
+			return unwrapPathError(err)
+		}
+	}
+}
+
+// Unmap implements Unmapper: fallocate(PUNCH_HOLE|KEEP_SIZE) for files,
+// BLKDISCARD for block devices. If the filesystem does not support hole
+// punching, zeros are written instead so reads still return zeros.
+func (b *File) Unmap(off, length int64) error {
+	if off < 0 || length < 0 || off > b.Size() || length > b.Size()-off {
+		return ErrOutOfRange
+	}
+	if length == 0 {
+		return nil
+	}
+	if b.block {
+		r := [2]uint64{uint64(off), uint64(length)}
+		return ioctl(b.fd, blkDiscard, unsafe.Pointer(&r))
+	}
+	b.mu.RLock()
+	np := b.noPunch
+	b.mu.RUnlock()
+	if !np {
+		err := syscall.Fallocate(b.fd, fallocPunchHole|fallocKeepSize, off, length)
+		if err == nil {
+			return nil
+		}
+		if err != syscall.EOPNOTSUPP && err != syscall.ENOSYS {
+			return err
+		}
+		b.mu.Lock()
+		b.noPunch = true
+		b.mu.Unlock()
+	}
+	return writeZeros(b, off, length)
+}
+
+func writeZeros(w io.WriterAt, off, length int64) error {
+	z := make([]byte, min(length, 1<<20))
+	for length > 0 {
+		m := min(length, int64(len(z)))
+		if _, err := w.WriteAt(z[:m], off); err != nil {
+			return err
+		}
+		off += m
+		length -= m
+	}
+	return nil
+}
+
+// Resize implements Resizer for regular files (ftruncate). Block devices
+// return an error; their size follows the device (see Refresh).
+func (b *File) Resize(size int64) error {
+	if b.block {
+		return errors.New("backstore: cannot resize a block device")
+	}
+	if size < 0 {
+		return ErrOutOfRange
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.f.Truncate(size); err != nil {
+		return err
+	}
+	b.size = size
+	return nil
+}
+
+// Refresh re-reads the size of the underlying file or device and returns it
+// in bytes.
+func (b *File) Refresh() (int64, error) {
+	var sz int64
+	if b.block {
+		var u uint64
+		if err := ioctl(b.fd, blkGetSize64, unsafe.Pointer(&u)); err != nil {
+			return 0, err
+		}
+		sz = int64(u)
+	} else {
+		st, err := b.f.Stat()
+		if err != nil {
+			return 0, err
+		}
+		sz = st.Size()
+	}
+	b.mu.Lock()
+	b.size = sz
+	b.mu.Unlock()
+	return sz, nil
+}
+
+// LogicalBlockSize implements BlockSizer; 0 for regular files.
+func (b *File) LogicalBlockSize() int { return b.lbs }
+
+// AllocationStatus implements AllocationStatuser with SEEK_DATA/SEEK_HOLE
+// for regular files. Block devices report everything mapped.
+func (b *File) AllocationStatus(off, limit int64) (bool, int64, error) {
+	size := b.Size()
+	if off < 0 || off >= size || limit <= 0 {
+		return false, 0, ErrOutOfRange
+	}
+	end := min(size, off+limit)
+	if b.block {
+		return true, end - off, nil
+	}
+	data, err := syscall.Seek(b.fd, off, seekData)
+	if err == syscall.ENXIO { // no data at or after off: a hole to EOF
+		return false, end - off, nil
+	}
+	if err != nil {
+		if err == syscall.EINVAL || err == syscall.EOPNOTSUPP {
+			return true, end - off, nil
+		}
+		return false, 0, err
+	}
+	if data > off {
+		return false, min(data, end) - off, nil
+	}
+	hole, err := syscall.Seek(b.fd, off, seekHole)
+	if err != nil {
+		return true, end - off, nil
+	}
+	return true, min(hole, end) - off, nil
+}
+
+// unwrapPathError strips *os.PathError/*os.SyscallError wrappers' text while
+// keeping errors.Is on the errno working.
+func unwrapPathError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

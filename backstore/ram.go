@@ -1,0 +1,201 @@
+package backstore
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// RAMChunkSize is the allocation unit of a RAM backstore in bytes. Chunks
+// are allocated on first write; unwritten or unmapped chunks read as zeros.
+const RAMChunkSize = 64 << 10
+
+const ramLockStripes = 64
+
+// RAM is a sparse in-memory backstore. A 1 GiB RAM backstore uses memory only
+// for the 64 KiB chunks that were written. Data is lost on Close; it is
+// "durable" in the sense of the process lifetime, so it needs no Syncer.
+// Safe for concurrent use.
+type RAM struct {
+	mu     sync.RWMutex // guards chunks slice header and size (resize)
+	size   int64
+	chunks []atomic.Pointer[[RAMChunkSize]byte]
+	locks  [ramLockStripes]sync.RWMutex // per-chunk content locks, striped
+	closed atomic.Bool
+}
+
+// NewRAM returns an empty RAM backstore of size bytes.
+func NewRAM(size int64) *RAM {
+	r := &RAM{}
+	r.setSize(size)
+	return r
+}
+
+func (r *RAM) setSize(size int64) {
+	n := (size + RAMChunkSize - 1) / RAMChunkSize
+	nc := make([]atomic.Pointer[[RAMChunkSize]byte], n)
+	for i := range nc {
+		if i < len(r.chunks) {
+			nc[i].Store(r.chunks[i].Load())
+		}
+	}
+	// Clear bytes past the new end in a kept partial last chunk so growth
+	// later reads zeros.
+	if size < r.size && size%RAMChunkSize != 0 && n > 0 {
+		if c := nc[n-1].Load(); c != nil {
+			clear(c[size%RAMChunkSize:])
+		}
+	}
+	r.chunks = nc
+	r.size = size
+}
+
+// Size implements Backstore.
+func (r *RAM) Size() int64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.size
+}
+
+// Close implements Backstore and frees the memory.
+func (r *RAM) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed.Store(true)
+	r.chunks = nil
+	return nil
+}
+
+// Resize implements Resizer.
+func (r *RAM) Resize(size int64) error {
+	if size < 0 {
+		return ErrOutOfRange
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	r.setSize(size)
+	return nil
+}
+
+// ReadAt implements io.ReaderAt.
+func (r *RAM) ReadAt(p []byte, off int64) (int, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	if err := checkRange(off, len(p), r.size); err != nil {
+		return 0, err
+	}
+	n := 0
+	for n < len(p) {
+		ci := (off + int64(n)) / RAMChunkSize
+		co := (off + int64(n)) % RAMChunkSize
+		l := &r.locks[ci%ramLockStripes]
+		l.RLock()
+		c := r.chunks[ci].Load()
+		var m int
+		if c == nil {
+			m = min(len(p)-n, int(RAMChunkSize-co))
+			clear(p[n : n+m])
+		} else {
+			m = copy(p[n:], c[co:])
+		}
+		l.RUnlock()
+		n += m
+	}
+	return n, nil
+}
+
+// WriteAt implements io.WriterAt.
+func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed.Load() {
+		return 0, ErrClosed
+	}
+	if err := checkRange(off, len(p), r.size); err != nil {
+		return 0, err
+	}
+	n := 0
+	for n < len(p) {
+		ci := (off + int64(n)) / RAMChunkSize
+		co := (off + int64(n)) % RAMChunkSize
+		l := &r.locks[ci%ramLockStripes]
+		l.Lock()
+		c := r.chunks[ci].Load()
+		if c == nil {
+			c = new([RAMChunkSize]byte)
+			r.chunks[ci].Store(c)
+		}
+		m := copy(c[co:], p[n:])
+		l.Unlock()
+		n += m
+	}
+	return n, nil
+}
+
+// Unmap implements Unmapper: whole chunks in the range are freed, partial
+// chunks are zeroed.
+func (r *RAM) Unmap(off, length int64) error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed.Load() {
+		return ErrClosed
+	}
+	if off < 0 || length < 0 || off > r.size || length > r.size-off {
+		return ErrOutOfRange
+	}
+	end := off + length
+	for pos := off; pos < end; {
+		ci := pos / RAMChunkSize
+		co := pos % RAMChunkSize
+		m := min(end-pos, RAMChunkSize-co)
+		l := &r.locks[ci%ramLockStripes]
+		l.Lock()
+		if c := r.chunks[ci].Load(); c != nil {
+			if m == RAMChunkSize {
+				r.chunks[ci].Store(nil)
+			} else {
+				clear(c[co : co+m])
+			}
+		}
+		l.Unlock()
+		pos += m
+	}
+	return nil
+}
+
+// AllocationStatus implements AllocationStatuser at chunk granularity.
+func (r *RAM) AllocationStatus(off, limit int64) (bool, int64, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed.Load() {
+		return false, 0, ErrClosed
+	}
+	if off < 0 || off >= r.size || limit <= 0 {
+		return false, 0, ErrOutOfRange
+	}
+	end := min(r.size, off+limit)
+	first := r.chunks[off/RAMChunkSize].Load() != nil
+	pos := (off/RAMChunkSize + 1) * RAMChunkSize
+	for pos < end && (r.chunks[pos/RAMChunkSize].Load() != nil) == first {
+		pos += RAMChunkSize
+	}
+	return first, min(pos, end) - off, nil
+}
+
+// AllocatedBytes reports how many bytes of chunk memory are in use.
+func (r *RAM) AllocatedBytes() int64 {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var n int64
+	for i := range r.chunks {
+		if r.chunks[i].Load() != nil {
+			n += RAMChunkSize
+		}
+	}
+	return n
+}

@@ -1,0 +1,381 @@
+package scsi
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/bits"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gosrp/gosrp/backstore"
+)
+
+// LUConfig configures a LogicalUnit (a direct-access block device, SBC-3).
+type LUConfig struct {
+	// Backstore holds the data. Required. Its optional interfaces
+	// (backstore.Syncer, Unmapper, WriteSamer, Resizer, AllocationStatuser)
+	// enable FUA/SYNCHRONIZE CACHE, UNMAP, fast WRITE SAME, Resize and
+	// GET LBA STATUS.
+	Backstore backstore.Backstore
+	// BlockSize is the logical block length in bytes: 512, 1024, 2048 or
+	// 4096. 0 means the backstore's native size (block devices) or 512.
+	BlockSize uint32
+	// VendorID (8 chars), ProductID (16 chars) and ProductRev (4 chars) are
+	// the standard INQUIRY identification, space padded (SPC-4 §6.6.2).
+	// Defaults: "GOSRP", "DISK", "0001".
+	VendorID, ProductID, ProductRev string
+	// Serial is the unit serial number (VPD page 80h), printable ASCII, at
+	// most 64 bytes. Default: derived from NAA.
+	Serial string
+	// NAA is the 16-byte NAA IEEE Registered Extended designator
+	// (NAA 6, SPC-4 §7.8.6.6.4) reported in VPD page 83h. When zero it is
+	// derived from Serial as LIO does (OUI 00-14-05, LIO's company ID,
+	// followed by the serial's hex digits).
+	NAA [16]byte
+	// ReadOnly makes every medium write fail with DATA PROTECT, WRITE
+	// PROTECTED and sets WP in the MODE SENSE header.
+	ReadOnly bool
+	// WriteCache is the initial (default) WCE bit of the caching mode page.
+	// With WCE=0 every write is made durable before GOOD is returned.
+	WriteCache bool
+	// ThinProvisioning advertises logical block provisioning (LBPME, VPD
+	// B2h, UNMAP, WRITE SAME with UNMAP). It needs a backstore.Unmapper.
+	ThinProvisioning bool
+	// MaxTransferBytes bounds one READ/WRITE/VERIFY transfer, bytes; the
+	// Block Limits VPD page reports it in blocks. Default 8 MiB.
+	MaxTransferBytes uint32
+	// MaxUnmapBlocks is the MAXIMUM UNMAP LBA COUNT (blocks); default
+	// 0xFFFFFFFF (no limit).
+	MaxUnmapBlocks uint32
+	// MaxUnmapDescriptors is the MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT;
+	// default 256.
+	MaxUnmapDescriptors uint32
+	// MaxWriteSameBlocks is the MAXIMUM WRITE SAME LENGTH (blocks);
+	// default 4194304.
+	MaxWriteSameBlocks uint64
+	// MaxCompareAndWriteBlocks is the MAXIMUM COMPARE AND WRITE LENGTH
+	// (blocks, 1..255); default 255.
+	MaxCompareAndWriteBlocks uint8
+	// RotationRate is the MEDIUM ROTATION RATE of VPD B1h: 0 not reported,
+	// 1 non-rotating (solid state), else rpm.
+	RotationRate uint16
+	// PhysicalBlockExponent is LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT of
+	// READ CAPACITY(16) (SBC-3 §5.16.2).
+	PhysicalBlockExponent uint8
+	// Logger receives diagnostics; nil uses the target's logger.
+	Logger *slog.Logger
+}
+
+// LogicalUnit is one SBC-3 direct-access logical unit. Create it with
+// NewLogicalUnit and attach it to a Target with AddLUN. Safe for concurrent
+// use.
+type LogicalUnit struct {
+	cfg   LUConfig
+	bs    backstore.Backstore
+	log   *slog.Logger
+	bsz   uint32 // logical block length, bytes
+	shift uint   // log2(bsz)
+
+	syncer    backstore.Syncer   // nil when the backstore has no cache
+	unmapper  backstore.Unmapper // nil unless ThinProvisioning
+	samer     backstore.WriteSamer
+	allocStat backstore.AllocationStatuser
+
+	naa      [16]byte
+	serial   string
+	vendor   [8]byte
+	product  [16]byte
+	rev      [4]byte
+	attached atomic.Bool
+
+	// blocks is the capacity in logical blocks.
+	blocks atomic.Uint64
+	// wce and dsenseBit mirror the current WCE and D_SENSE mode bits for
+	// the data path.
+	wce, dsenseBit atomic.Bool
+
+	// writeMu orders medium writes against COMPARE AND WRITE: ordinary
+	// writes hold it shared, COMPARE AND WRITE exclusively, so the compare
+	// and the write are atomic against every other write (SBC-3 §5.2).
+	writeMu sync.RWMutex
+
+	ts taskSet
+
+	mu       sync.Mutex // guards mode, uas, prevent
+	mode     modePages  // current values
+	uas      map[string][]Reason
+	prevent  map[string]bool
+	modeDefs modePages // default values
+}
+
+// NewLogicalUnit validates cfg and returns a logical unit.
+func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
+	if cfg.Backstore == nil {
+		return nil, ErrNoBackstore
+	}
+	lu := &LogicalUnit{cfg: cfg, bs: cfg.Backstore, log: cfg.Logger}
+	if lu.log == nil {
+		lu.log = slog.New(slog.DiscardHandler)
+	}
+	bsz := cfg.BlockSize
+	if bsz == 0 {
+		bsz = 512
+		if b, ok := cfg.Backstore.(backstore.BlockSizer); ok && b.LogicalBlockSize() > 0 {
+			bsz = uint32(b.LogicalBlockSize())
+		}
+	}
+	switch bsz {
+	case 512, 1024, 2048, 4096:
+	default:
+		return nil, fmt.Errorf("scsi: block size %d not one of 512, 1024, 2048, 4096", bsz)
+	}
+	if b, ok := cfg.Backstore.(backstore.BlockSizer); ok && b.LogicalBlockSize() > int(bsz) {
+		return nil, fmt.Errorf("scsi: block size %d below the device's %d", bsz, b.LogicalBlockSize())
+	}
+	lu.bsz = bsz
+	lu.shift = uint(bits.TrailingZeros32(bsz))
+	if s, ok := cfg.Backstore.(backstore.Syncer); ok {
+		lu.syncer = s
+	}
+	if cfg.ThinProvisioning {
+		u, ok := cfg.Backstore.(backstore.Unmapper)
+		if !ok {
+			return nil, errors.New("scsi: ThinProvisioning needs a backstore with Unmap")
+		}
+		lu.unmapper = u
+	}
+	if w, ok := cfg.Backstore.(backstore.WriteSamer); ok {
+		lu.samer = w
+	}
+	if a, ok := cfg.Backstore.(backstore.AllocationStatuser); ok {
+		lu.allocStat = a
+	}
+	if cfg.MaxTransferBytes == 0 {
+		lu.cfg.MaxTransferBytes = 8 << 20
+	}
+	if lu.cfg.MaxTransferBytes < bsz {
+		return nil, errors.New("scsi: MaxTransferBytes below the block size")
+	}
+	if cfg.MaxUnmapBlocks == 0 {
+		lu.cfg.MaxUnmapBlocks = 0xFFFFFFFF
+	}
+	if cfg.MaxUnmapDescriptors == 0 {
+		lu.cfg.MaxUnmapDescriptors = 256
+	}
+	if cfg.MaxWriteSameBlocks == 0 {
+		lu.cfg.MaxWriteSameBlocks = 4 << 20
+	}
+	if cfg.MaxCompareAndWriteBlocks == 0 {
+		lu.cfg.MaxCompareAndWriteBlocks = 255
+	}
+	if len(cfg.Serial) > 64 || !printable(cfg.Serial) {
+		return nil, errors.New("scsi: Serial must be at most 64 printable ASCII bytes")
+	}
+	for _, f := range []struct {
+		dst []byte
+		s   string
+		def string
+	}{{lu.vendor[:], cfg.VendorID, "GOSRP"}, {lu.product[:], cfg.ProductID, "DISK"}, {lu.rev[:], cfg.ProductRev, "0001"}} {
+		s := f.s
+		if s == "" {
+			s = f.def
+		}
+		if len(s) > len(f.dst) || !printable(s) {
+			return nil, fmt.Errorf("scsi: identification %q too long or not printable ASCII", s)
+		}
+		copy(f.dst, s+strings.Repeat(" ", len(f.dst)-len(s)))
+	}
+	lu.naa = cfg.NAA
+	lu.serial = cfg.Serial
+	if lu.naa == ([16]byte{}) {
+		lu.naa = naaFromSerial(cfg.Serial, cfg.Backstore)
+	}
+	if lu.serial == "" {
+		lu.serial = fmt.Sprintf("%x", lu.naa[8:])
+	}
+	lu.blocks.Store(uint64(cfg.Backstore.Size()) >> lu.shift)
+	lu.modeDefs = defaultModePages(lu)
+	lu.mode = lu.modeDefs
+	lu.applyModeLocked()
+	lu.uas = make(map[string][]Reason)
+	lu.prevent = make(map[string]bool)
+	lu.ts.init()
+	return lu, nil
+}
+
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7E {
+			return false
+		}
+	}
+	return true
+}
+
+// naaFromSerial builds an NAA 6 designator the way LIO's
+// spc_gen_naa_6h_vendor_specific does: NAA 6, IEEE company ID 00-14-05,
+// then up to 25 hex digits of the serial. Without a serial, digits come
+// from a hash of the backstore's identity.
+func naaFromSerial(serial string, bs any) [16]byte {
+	var digits []byte
+	for i := 0; i < len(serial); i++ {
+		c := serial[i]
+		switch {
+		case c >= '0' && c <= '9':
+			digits = append(digits, c-'0')
+		case c >= 'a' && c <= 'f':
+			digits = append(digits, c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			digits = append(digits, c-'A'+10)
+		}
+	}
+	if len(digits) == 0 {
+		h := sha256.Sum256(fmt.Appendf(nil, "%p", bs))
+		for _, b := range h[:13] {
+			digits = append(digits, b>>4, b&0xF)
+		}
+	}
+	var n [16]byte
+	// Nibbles: 6, 0,0,1,4,0,5 (OUI), then 25 vendor-specific nibbles.
+	nib := []byte{6, 0, 0, 1, 4, 0, 5}
+	for i := 0; len(nib) < 32; i++ {
+		if i < len(digits) {
+			nib = append(nib, digits[i])
+		} else {
+			nib = append(nib, 0)
+		}
+	}
+	for i := range n {
+		n[i] = nib[2*i]<<4 | nib[2*i+1]
+	}
+	return n
+}
+
+// BlockSize returns the logical block length in bytes.
+func (lu *LogicalUnit) BlockSize() uint32 { return lu.bsz }
+
+// Blocks returns the capacity in logical blocks.
+func (lu *LogicalUnit) Blocks() uint64 { return lu.blocks.Load() }
+
+// Resize changes the capacity to size bytes (rounded down to whole blocks)
+// through backstore.Resizer, or, with size < 0, re-reads the backstore's
+// size (after the file or device grew outside the target). Every nexus gets
+// CAPACITY DATA HAS CHANGED (SBC-3 §4.10). Errors: the backstore's.
+func (lu *LogicalUnit) Resize(size int64) error {
+	if size >= 0 {
+		r, ok := lu.bs.(backstore.Resizer)
+		if !ok {
+			return errors.New("scsi: backstore cannot be resized")
+		}
+		lu.writeMu.Lock()
+		err := r.Resize(size)
+		lu.writeMu.Unlock()
+		if err != nil {
+			return err
+		}
+	} else if rf, ok := lu.bs.(interface{ Refresh() (int64, error) }); ok {
+		if _, err := rf.Refresh(); err != nil {
+			return err
+		}
+	}
+	nb := uint64(lu.bs.Size()) >> lu.shift
+	if lu.blocks.Swap(nb) != nb {
+		lu.uaAllExisting(ReasonUACapacityChanged, "")
+		lu.log.Info("scsi: capacity changed", "blocks", nb)
+	}
+	return nil
+}
+
+// byteOff converts a logical block address to a byte offset.
+func (lu *LogicalUnit) byteOff(lba uint64) int64 { return int64(lba << lu.shift) }
+
+// uaFor returns the nexus's pending unit attentions, creating the entry with
+// POWER ON, RESET OCCURRED the first time the nexus reaches the LU.
+// lu.mu must be held.
+func (lu *LogicalUnit) uaForLocked(key string) []Reason {
+	q, ok := lu.uas[key]
+	if !ok {
+		q = []Reason{ReasonUAPowerOn}
+		lu.uas[key] = q
+	}
+	return q
+}
+
+// touch records that the nexus reached the LU (creating its UA entry).
+func (lu *LogicalUnit) touch(key string) {
+	lu.mu.Lock()
+	lu.uaForLocked(key)
+	lu.mu.Unlock()
+}
+
+// takeUA removes and returns the nexus's oldest pending unit attention, or
+// ReasonNone.
+func (lu *LogicalUnit) takeUA(key string) Reason {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	q := lu.uaForLocked(key)
+	if len(q) == 0 {
+		return ReasonNone
+	}
+	r := q[0]
+	lu.uas[key] = q[1:]
+	return r
+}
+
+// establishUALocked queues r for the nexus key (SAM-5 §5.14). A reset class
+// condition (29h) supersedes every other pending one.
+func (lu *LogicalUnit) establishUALocked(key string, r Reason) {
+	q := lu.uaForLocked(key)
+	_, asc, _ := r.SenseCodes()
+	if asc == 0x29 {
+		lu.uas[key] = []Reason{r}
+		return
+	}
+	for _, x := range q {
+		if x == r {
+			return
+		}
+		if _, a, _ := x.SenseCodes(); a == 0x29 && r != ReasonUALUNsChanged {
+			// A pending reset condition already tells the initiator to
+			// re-read everything.
+			return
+		}
+	}
+	lu.uas[key] = append(q, r)
+}
+
+// uaAllExisting establishes r for every nexus that has reached the LU,
+// except the nexus except ("" for none).
+func (lu *LogicalUnit) uaAllExisting(r Reason, except string) {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	for k := range lu.uas {
+		if k != except {
+			lu.establishUALocked(k, r)
+		}
+	}
+}
+
+// dropNexus forgets the nexus's unit attention and medium removal state.
+func (lu *LogicalUnit) dropNexus(key string) {
+	lu.mu.Lock()
+	delete(lu.uas, key)
+	delete(lu.prevent, key)
+	lu.mu.Unlock()
+}
+
+// PendingUnitAttentions returns the sense codes (ASC<<8|ASCQ) of unit
+// attentions pending for nexus n, oldest first, for tests and diagnostics.
+func (lu *LogicalUnit) PendingUnitAttentions(n Nexus) []uint16 {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	var out []uint16
+	for _, r := range lu.uas[nexusKey(n)] {
+		_, a, q := r.SenseCodes()
+		out = append(out, uint16(a)<<8|uint16(q))
+	}
+	return out
+}

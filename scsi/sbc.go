@@ -1,0 +1,600 @@
+package scsi
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// lbaLen decodes the LOGICAL BLOCK ADDRESS and TRANSFER LENGTH (or
+// VERIFICATION / NUMBER OF LOGICAL BLOCKS) fields of the SBC-3 read, write,
+// verify, write same, synchronize cache and pre-fetch CDBs, and the byte
+// offset of the length field for field pointers. A READ(6)/WRITE(6)
+// TRANSFER LENGTH of 0 means 256 blocks (SBC-3 §5.13).
+func lbaLen(cdb []byte) (lba uint64, n uint32, lenField int) {
+	switch cdbGroupLen(cdb[0]) {
+	case 6:
+		lba = uint64(be24(cdb[1:]) & 0x1FFFFF)
+		n = uint32(cdb[4])
+		if n == 0 {
+			n = 256
+		}
+		return lba, n, 4
+	case 10:
+		return uint64(be32(cdb[2:])), uint32(be16(cdb[7:])), 7
+	case 12:
+		return uint64(be32(cdb[2:])), be32(cdb[6:]), 6
+	default:
+		return be64(cdb[2:]), be32(cdb[10:]), 10
+	}
+}
+
+// cdbGroupLen returns the CDB length in bytes implied by the opcode's
+// group code (SPC-4 §4.3.2) for the groups SBC-3 uses.
+func cdbGroupLen(op byte) int {
+	switch op >> 5 {
+	case 0:
+		return 6
+	case 1, 2:
+		return 10
+	case 5:
+		return 12
+	default:
+		return 16
+	}
+}
+
+// checkRange enforces SBC-3 §4.5: LBA + length must not pass the capacity.
+func (lu *LogicalUnit) checkRange(lba uint64, n uint64) failure {
+	end := lba + n
+	if end < lba || end > lu.blocks.Load() {
+		return fail(ReasonLBAOutOfRange)
+	}
+	return ok
+}
+
+// checkXfer enforces the MAXIMUM TRANSFER LENGTH of the Block Limits page,
+// as LIO's sbc_parse_cdb (INVALID FIELD IN CDB on the length field).
+func (lu *LogicalUnit) checkXfer(n uint32, lenField int) failure {
+	if uint64(n)<<lu.shift > uint64(lu.cfg.MaxTransferBytes) {
+		return badCDB(lenField, -1)
+	}
+	return ok
+}
+
+// needsDataOut checks the data-out length equals the CDB's. LIO's
+// target_cmd_size_check rejects a WRITE-type command whose data-out
+// length differs with INVALID FIELD IN COMMAND INFORMATION UNIT.
+func (c *cmdCtx) needsDataOut(want int) failure {
+	c.res.DataOutWanted = want
+	if len(c.cmd.DataOut) != want {
+		return fail(ReasonInvalidCommandIU)
+	}
+	c.res.DataOutUsed = want
+	return ok
+}
+
+// execRead: READ(6/10/12/16), SBC-3 §5.9–5.13. Data goes straight from the
+// backstore into the command's data-in buffer. DPO and FUA need no action:
+// the backstore holds no data that is not already readable.
+func execRead(c *cmdCtx) failure {
+	lu := c.lu
+	lba, n, lf := lbaLen(c.cdb)
+	if f := lu.checkXfer(n, lf); f.failed() {
+		return f
+	}
+	if f := lu.checkRange(lba, uint64(n)); f.failed() {
+		return f
+	}
+	want := int(n) << lu.shift
+	c.res.DataInWanted = want
+	m := min(want, len(c.cmd.DataIn))
+	if m == 0 {
+		return ok
+	}
+	if _, err := lu.bs.ReadAt(c.cmd.DataIn[:m], lu.byteOff(lba)); err != nil {
+		lu.log.Warn("scsi: read failed", "lba", lba, "blocks", n, "err", err)
+		return ioFailure(err, false, lba)
+	}
+	c.res.DataInLen = m
+	return ok
+}
+
+// writeThrough reports whether a write must be durable before status:
+// FUA set or the caching page's WCE=0 (SBC-3 §4.15).
+func (lu *LogicalUnit) writeThrough(fua bool) bool {
+	return lu.syncer != nil && (fua || !lu.wce.Load())
+}
+
+// writeBlocks writes data at lba with the write-ordering lock held shared
+// and makes it durable when required.
+func (lu *LogicalUnit) writeBlocks(data []byte, lba uint64, fua bool) failure {
+	lu.writeMu.RLock()
+	_, err := lu.bs.WriteAt(data, lu.byteOff(lba))
+	lu.writeMu.RUnlock()
+	if err == nil && lu.writeThrough(fua) {
+		err = lu.syncer.Sync()
+	}
+	if err != nil {
+		lu.log.Warn("scsi: write failed", "lba", lba, "bytes", len(data), "err", err)
+		return ioFailure(err, true, lba)
+	}
+	return ok
+}
+
+// execWrite: WRITE(6/10/12/16), SBC-3 §5.31–5.34.
+func execWrite(c *cmdCtx) failure {
+	lu := c.lu
+	if lu.cfg.ReadOnly {
+		return fail(ReasonWriteProtected)
+	}
+	lba, n, lf := lbaLen(c.cdb)
+	if f := lu.checkXfer(n, lf); f.failed() {
+		return f
+	}
+	if f := lu.checkRange(lba, uint64(n)); f.failed() {
+		return f
+	}
+	want := int(n) << lu.shift
+	if f := c.needsDataOut(want); f.failed() {
+		return f
+	}
+	if want == 0 {
+		return ok
+	}
+	fua := c.cdb[0] != opWrite6 && c.cdb[1]&0x08 != 0
+	return lu.writeBlocks(c.cmd.DataOut[:want], lba, fua)
+}
+
+// execWriteAndVerify: WRITE AND VERIFY(10/12/16), SBC-3 §5.36–5.38. The
+// data is written and made durable; with BYTCHK=1 the medium is read back
+// and compared.
+func execWriteAndVerify(c *cmdCtx) failure {
+	lu := c.lu
+	if lu.cfg.ReadOnly {
+		return fail(ReasonWriteProtected)
+	}
+	lba, n, lf := lbaLen(c.cdb)
+	if f := lu.checkXfer(n, lf); f.failed() {
+		return f
+	}
+	if f := lu.checkRange(lba, uint64(n)); f.failed() {
+		return f
+	}
+	want := int(n) << lu.shift
+	if f := c.needsDataOut(want); f.failed() {
+		return f
+	}
+	if want == 0 {
+		return ok
+	}
+	data := c.cmd.DataOut[:want]
+	if f := lu.writeBlocks(data, lba, true); f.failed() {
+		return f
+	}
+	if c.cdb[1]&0x02 != 0 {
+		return lu.compare(data, lba, false)
+	}
+	return ok
+}
+
+// compare reads len(data) bytes at lba and compares them with data. A
+// difference is MISCOMPARE with the byte offset of the first difference in
+// the INFORMATION field (SBC-3 §5.27, §5.2). repeat compares data (one
+// block) against every block of count blocks.
+func (lu *LogicalUnit) compare(data []byte, lba uint64, repeat bool) failure {
+	return lu.compareN(data, lba, uint64(len(data))>>lu.shift, repeat)
+}
+
+func (lu *LogicalUnit) compareN(data []byte, lba uint64, blocks uint64, repeat bool) failure {
+	bsz := uint64(lu.bsz)
+	chunk := min(blocks, uint64(1<<20)/bsz)
+	buf := make([]byte, chunk*bsz)
+	for done := uint64(0); done < blocks; {
+		k := min(chunk, blocks-done)
+		b := buf[:k*bsz]
+		if _, err := lu.bs.ReadAt(b, lu.byteOff(lba+done)); err != nil {
+			return ioFailure(err, false, lba+done)
+		}
+		for i := uint64(0); i < k; i++ {
+			var want []byte
+			if repeat {
+				want = data[:bsz]
+			} else {
+				want = data[(done+i)*bsz : (done+i+1)*bsz]
+			}
+			got := b[i*bsz : (i+1)*bsz]
+			if !bytes.Equal(want, got) {
+				j := 0
+				for want[j] == got[j] {
+					j++
+				}
+				f := fail(ReasonMiscompare)
+				f.infoValid, f.info = true, (done+i)*bsz+uint64(j)
+				return f
+			}
+		}
+		done += k
+	}
+	return ok
+}
+
+// execVerify: VERIFY(10/12/16), SBC-3 §5.27–5.29. BYTCHK 00b reads the
+// range to check it is readable; 01b compares the data-out with the
+// medium; 11b compares one data-out block with every block; 10b is
+// reserved.
+func execVerify(c *cmdCtx) failure {
+	lu := c.lu
+	lba, n, lf := lbaLen(c.cdb)
+	bytchk := (c.cdb[1] >> 1) & 0x03
+	if bytchk == 2 {
+		return badCDB(1, 2)
+	}
+	if bytchk != 0 {
+		if f := lu.checkXfer(n, lf); f.failed() {
+			return f
+		}
+	}
+	if f := lu.checkRange(lba, uint64(n)); f.failed() {
+		return f
+	}
+	switch bytchk {
+	case 0:
+		c.res.DataOutWanted = 0
+		if n == 0 {
+			return ok
+		}
+		bsz := uint64(lu.bsz)
+		chunk := min(uint64(n), uint64(1<<20)/bsz)
+		buf := make([]byte, chunk*bsz)
+		for done := uint64(0); done < uint64(n); {
+			k := min(chunk, uint64(n)-done)
+			if _, err := lu.bs.ReadAt(buf[:k*bsz], lu.byteOff(lba+done)); err != nil {
+				return ioFailure(err, false, lba+done)
+			}
+			done += k
+		}
+		return ok
+	case 1:
+		want := int(n) << lu.shift
+		if f := c.needsDataOut(want); f.failed() {
+			return f
+		}
+		if n == 0 {
+			return ok
+		}
+		return lu.compare(c.cmd.DataOut[:want], lba, false)
+	default: // 3
+		want := 0
+		if n > 0 {
+			want = int(lu.bsz)
+		}
+		if f := c.needsDataOut(want); f.failed() {
+			return f
+		}
+		if n == 0 {
+			return ok
+		}
+		return lu.compareN(c.cmd.DataOut[:want], lba, uint64(n), true)
+	}
+}
+
+// execCompareAndWrite: COMPARE AND WRITE, SBC-3 §5.2. The data-out holds
+// NUMBER OF LOGICAL BLOCKS of verify data then as many of write data. The
+// compare and the write are one atomic operation with respect to every other
+// write to the logical unit.
+func execCompareAndWrite(c *cmdCtx) failure {
+	lu := c.lu
+	if lu.cfg.ReadOnly {
+		return fail(ReasonWriteProtected)
+	}
+	lba := be64(c.cdb[2:])
+	n := uint64(c.cdb[13])
+	if n > uint64(lu.cfg.MaxCompareAndWriteBlocks) {
+		return badCDB(13, -1)
+	}
+	if f := lu.checkRange(lba, n); f.failed() {
+		return f
+	}
+	half := int(n) << lu.shift
+	if f := c.needsDataOut(2 * half); f.failed() {
+		return f
+	}
+	if n == 0 {
+		return ok
+	}
+	verify, data := c.cmd.DataOut[:half], c.cmd.DataOut[half:2*half]
+	lu.writeMu.Lock()
+	f := lu.compare(verify, lba, false)
+	if !f.failed() {
+		if _, err := lu.bs.WriteAt(data, lu.byteOff(lba)); err != nil {
+			f = ioFailure(err, true, lba)
+		}
+	}
+	lu.writeMu.Unlock()
+	if f.failed() {
+		return f
+	}
+	if lu.writeThrough(c.cdb[1]&0x08 != 0) {
+		if err := lu.syncer.Sync(); err != nil {
+			return ioFailure(err, true, lba)
+		}
+	}
+	return ok
+}
+
+// execWriteSame: WRITE SAME(10/16), SBC-3 §5.42–5.43. NUMBER OF LOGICAL
+// BLOCKS 0 is rejected (WSNZ=1, as LIO). With UNMAP=1 on a thin
+// provisioned unit and an all-zero block (or NDOB=1) the range is
+// deallocated (reads then return zeros, LBPRZ=1); otherwise the block is
+// written to every LBA.
+func execWriteSame(c *cmdCtx) failure {
+	lu := c.lu
+	if lu.cfg.ReadOnly {
+		return fail(ReasonWriteProtected)
+	}
+	lba, n, lf := lbaLen(c.cdb)
+	unmap := c.cdb[1]&0x08 != 0
+	ndob := c.cdb[0] == opWriteSame16 && c.cdb[1]&0x01 != 0
+	if n == 0 || uint64(n) > lu.cfg.MaxWriteSameBlocks {
+		return badCDB(lf, -1)
+	}
+	if f := lu.checkRange(lba, uint64(n)); f.failed() {
+		return f
+	}
+	var block []byte
+	if ndob {
+		if f := c.needsDataOut(0); f.failed() {
+			return f
+		}
+		block = make([]byte, lu.bsz)
+	} else {
+		if f := c.needsDataOut(int(lu.bsz)); f.failed() {
+			return f
+		}
+		block = c.cmd.DataOut[:lu.bsz]
+	}
+	off, length := lu.byteOff(lba), int64(n)<<lu.shift
+	var err error
+	if unmap && lu.unmapper != nil && allZero(block) {
+		lu.writeMu.RLock()
+		err = lu.unmapper.Unmap(off, length)
+		lu.writeMu.RUnlock()
+	} else {
+		lu.writeMu.RLock()
+		err = lu.writeSame(block, off, int64(n))
+		lu.writeMu.RUnlock()
+	}
+	if err == nil && lu.writeThrough(false) {
+		err = lu.syncer.Sync()
+	}
+	if err != nil {
+		return ioFailure(err, true, lba)
+	}
+	return ok
+}
+
+// writeSame writes block count times from byte offset off.
+func (lu *LogicalUnit) writeSame(block []byte, off int64, count int64) error {
+	if lu.samer != nil {
+		return lu.samer.WriteSame(block, off, count)
+	}
+	per := max(int64(1), min(count, int64(1<<20)/int64(len(block))))
+	buf := bytes.Repeat(block, int(per))
+	for count > 0 {
+		k := min(count, per)
+		if _, err := lu.bs.WriteAt(buf[:k*int64(len(block))], off); err != nil {
+			return err
+		}
+		off += k * int64(len(block))
+		count -= k
+	}
+	return nil
+}
+
+func allZero(b []byte) bool {
+	for _, x := range b {
+		if x != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// execUnmap: UNMAP, SBC-3 §5.28, validated as LIO's sbc_execute_unmap:
+// every descriptor is checked before any range is deallocated.
+func execUnmap(c *cmdCtx) failure {
+	lu := c.lu
+	if lu.unmapper == nil {
+		return fail(ReasonInvalidOpcode)
+	}
+	if lu.cfg.ReadOnly {
+		return fail(ReasonWriteProtected)
+	}
+	plen := int(be16(c.cdb[7:]))
+	if f := c.needsDataOut(plen); f.failed() {
+		return f
+	}
+	if plen == 0 {
+		return ok
+	}
+	if plen < 8 {
+		return fail(ReasonParamListLength)
+	}
+	p := c.cmd.DataOut[:plen]
+	size := plen - 8
+	if bd := int(be16(p[2:])); bd <= size {
+		size = bd
+	}
+	nd := size / 16
+	if nd > int(lu.cfg.MaxUnmapDescriptors) {
+		return badParam(2, -1)
+	}
+	for i := 0; i < nd; i++ {
+		d := p[8+16*i:]
+		lba, cnt := be64(d), be32(d[8:])
+		if cnt > lu.cfg.MaxUnmapBlocks {
+			return badParam(8+16*i+8, -1)
+		}
+		if f := lu.checkRange(lba, uint64(cnt)); f.failed() {
+			return f
+		}
+	}
+	lu.writeMu.RLock()
+	defer lu.writeMu.RUnlock()
+	for i := 0; i < nd; i++ {
+		d := p[8+16*i:]
+		lba, cnt := be64(d), be32(d[8:])
+		if cnt == 0 {
+			continue
+		}
+		if err := lu.unmapper.Unmap(lu.byteOff(lba), int64(cnt)<<lu.shift); err != nil {
+			return ioFailure(err, true, lba)
+		}
+	}
+	return ok
+}
+
+// execSyncCache: SYNCHRONIZE CACHE(10/16), SBC-3 §5.22–5.23. NUMBER OF
+// LOGICAL BLOCKS 0 means through the last LBA. The whole backstore is
+// flushed (fdatasync), which covers the range.
+func execSyncCache(c *cmdCtx) failure {
+	lu := c.lu
+	lba, n, _ := lbaLen(c.cdb)
+	if n == 0 {
+		if lba >= lu.blocks.Load() && !(lba == 0 && lu.blocks.Load() == 0) {
+			return fail(ReasonLBAOutOfRange)
+		}
+	} else if f := lu.checkRange(lba, uint64(n)); f.failed() {
+		return f
+	}
+	if lu.syncer != nil {
+		if err := lu.syncer.Sync(); err != nil {
+			return ioFailure(err, true, lba)
+		}
+	}
+	return ok
+}
+
+// execPreFetch: PRE-FETCH(10/16), SBC-3 §5.7–5.8. The range is
+// validated; the data is in the host's cache as far as it can be, so the
+// command reports CONDITION MET.
+func execPreFetch(c *cmdCtx) failure {
+	lu := c.lu
+	lba, n, _ := lbaLen(c.cdb)
+	if f := lu.checkRange(lba, uint64(n)); f.failed() {
+		return f
+	}
+	return failure{status: StatusConditionMet}
+}
+
+// execReadCapacity10: READ CAPACITY(10), SBC-3 §5.15. A capacity beyond
+// 2^32 blocks reports FFFFFFFFh so the initiator uses READ CAPACITY(16).
+func execReadCapacity10(c *cmdCtx) failure {
+	lu := c.lu
+	pmi := c.cdb[8]&0x01 != 0
+	if !pmi && be32(c.cdb[2:]) != 0 {
+		return badCDB(2, -1)
+	}
+	b := make([]byte, 8)
+	last := lu.blocks.Load() - 1
+	if lu.blocks.Load() == 0 {
+		last = 0
+	}
+	binary.BigEndian.PutUint32(b, uint32(min(last, 0xFFFFFFFF)))
+	binary.BigEndian.PutUint32(b[4:], lu.bsz)
+	return c.putDataIn(b, 8)
+}
+
+// execReadCapacity16: READ CAPACITY(16), SBC-3 §5.16 (32 bytes).
+func execReadCapacity16(c *cmdCtx) failure {
+	lu := c.lu
+	alloc := int(be32(c.cdb[10:]))
+	pmi := c.cdb[14]&0x01 != 0
+	if !pmi && be64(c.cdb[2:]) != 0 {
+		return badCDB(2, -1)
+	}
+	b := make([]byte, 32)
+	last := lu.blocks.Load() - 1
+	if lu.blocks.Load() == 0 {
+		last = 0
+	}
+	binary.BigEndian.PutUint64(b, last)
+	binary.BigEndian.PutUint32(b[8:], lu.bsz)
+	b[13] = lu.cfg.PhysicalBlockExponent & 0x0F
+	if lu.unmapper != nil {
+		b[14] = 0x80 | 0x40 // LBPME, LBPRZ
+	}
+	return c.putDataIn(b, alloc)
+}
+
+// Provisioning status values of GET LBA STATUS descriptors (SBC-3 table 39).
+const (
+	lbaMapped      = 0x0
+	lbaDeallocated = 0x1
+)
+
+// maxLBAStatusDescriptors bounds one GET LBA STATUS response.
+const maxLBAStatusDescriptors = 64
+
+// execGetLBAStatus: GET LBA STATUS, SBC-3 §5.6. Blocks partly allocated
+// are reported mapped.
+func execGetLBAStatus(c *cmdCtx) failure {
+	lu := c.lu
+	lba := be64(c.cdb[2:])
+	alloc := int(be32(c.cdb[10:]))
+	blocks := lu.blocks.Load()
+	if lba >= blocks {
+		return fail(ReasonLBAOutOfRange)
+	}
+	maxD := min(maxLBAStatusDescriptors, max(1, (alloc-8)/16))
+	b := make([]byte, 8, 8+16*maxD)
+	type desc struct {
+		lba, n uint64
+		st     byte
+	}
+	var ds []desc
+	add := func(start, end uint64, st byte) {
+		if l := len(ds); l > 0 && ds[l-1].st == st && ds[l-1].lba+ds[l-1].n == start && ds[l-1].n+(end-start) <= 0xFFFFFFFF {
+			ds[l-1].n += end - start
+			return
+		}
+		ds = append(ds, desc{start, end - start, st})
+	}
+	pos := lba
+	for pos < blocks && len(ds) < maxD {
+		if lu.allocStat == nil {
+			add(pos, min(blocks, pos+0xFFFFFFFF), lbaMapped)
+			break
+		}
+		off := lu.byteOff(pos)
+		mapped, l, err := lu.allocStat.AllocationStatus(off, lu.byteOff(blocks)-off)
+		if err != nil {
+			return ioFailure(err, false, pos)
+		}
+		endByte := uint64(off + l)
+		var end uint64
+		st := byte(lbaMapped)
+		if mapped {
+			end = (endByte + uint64(lu.bsz) - 1) >> lu.shift
+		} else {
+			end = endByte >> lu.shift
+			st = lbaDeallocated
+			if end <= pos {
+				end, st = pos+1, lbaMapped
+			}
+		}
+		end = min(end, blocks, pos+0xFFFFFFFF)
+		add(pos, end, st)
+		pos = end
+	}
+	if len(ds) > maxD {
+		ds = ds[:maxD]
+	}
+	for _, d := range ds {
+		b = binary.BigEndian.AppendUint64(b, d.lba)
+		b = binary.BigEndian.AppendUint32(b, uint32(d.n))
+		b = append(b, d.st, 0, 0, 0)
+	}
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return c.putDataIn(b, alloc)
+}

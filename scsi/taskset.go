@@ -1,0 +1,216 @@
+package scsi
+
+import (
+	"context"
+	"sync"
+)
+
+// task is one command in a logical unit's task set (SAM-5 §8). It also
+// carries the command context handed to the opcode handlers, so a command
+// costs one allocation.
+type task struct {
+	ts   *taskSet
+	sess *session
+	tag  uint64
+	attr TaskAttr
+	seq  uint64
+
+	// Linked list of the task set, oldest first; guarded by ts.mu.
+	prev, next *task
+	// State guarded by ts.mu.
+	enabled  bool // left the dormant state and may run
+	finished bool // left the task set
+	aborted  bool
+	// reportAborted: the abort came from another nexus with TAS=1, so the
+	// command completes with TASK ABORTED status instead of silently.
+	reportAborted bool
+
+	cmdCtx
+}
+
+// taskSet orders the tasks of one logical unit by task attribute
+// (SAM-5 §8.6): a SIMPLE task waits for older ORDERED and HEAD OF QUEUE
+// tasks, an ORDERED task for every older task, and a HEAD OF QUEUE task
+// runs at once. With the control mode page's TST=001b each I_T nexus has its
+// own task set, so only tasks of the same nexus are considered.
+type taskSet struct {
+	mu         sync.Mutex
+	cond       sync.Cond
+	head, tail *task
+	seq        uint64
+	n          int // tasks in the set
+	nOrdHoQ    int // ORDERED or HEAD OF QUEUE tasks in the set
+	waiting    int // tasks blocked in enter
+	perNexus   bool
+}
+
+func (ts *taskSet) init() { ts.cond.L = &ts.mu }
+
+// blockedLocked reports whether t may not be enabled yet.
+func (ts *taskSet) blockedLocked(t *task) bool {
+	switch t.attr {
+	case TaskHeadOfQueue:
+		return false
+	case TaskOrdered:
+		for o := ts.head; o != nil && o != t; o = o.next {
+			if !ts.perNexus || o.sess.key == t.sess.key {
+				return true
+			}
+		}
+		return false
+	default: // SIMPLE, ACA
+		if ts.nOrdHoQ == 0 {
+			return false
+		}
+		for o := ts.head; o != nil; o = o.next {
+			if o == t {
+				continue
+			}
+			if ts.perNexus && o.sess.key != t.sess.key {
+				continue
+			}
+			if o.attr == TaskHeadOfQueue || (o.attr == TaskOrdered && o.seq < t.seq) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// enter adds t to the task set and waits until it is enabled. It returns
+// false if t was aborted (by a TMF or ctx) while dormant; t stays in the
+// set until leave either way.
+func (ts *taskSet) enter(ctx context.Context, t *task) bool {
+	ts.mu.Lock()
+	ts.seq++
+	t.seq = ts.seq
+	t.ts = ts
+	if t.attr == TaskHeadOfQueue {
+		// Placed at the head of the task set (SAM-5 §8.6.4).
+		t.next = ts.head
+		if ts.head != nil {
+			ts.head.prev = t
+		}
+		ts.head = t
+		if ts.tail == nil {
+			ts.tail = t
+		}
+	} else {
+		t.prev = ts.tail
+		if ts.tail != nil {
+			ts.tail.next = t
+		}
+		ts.tail = t
+		if ts.head == nil {
+			ts.head = t
+		}
+	}
+	ts.n++
+	if t.attr == TaskOrdered || t.attr == TaskHeadOfQueue {
+		ts.nOrdHoQ++
+	}
+	if !ts.blockedLocked(t) || t.aborted {
+		t.enabled = !t.aborted
+		ts.mu.Unlock()
+		return t.enabled
+	}
+	stop := context.AfterFunc(ctx, func() {
+		ts.mu.Lock()
+		t.aborted = true
+		ts.cond.Broadcast()
+		ts.mu.Unlock()
+	})
+	ts.waiting++
+	for ts.blockedLocked(t) && !t.aborted {
+		ts.cond.Wait()
+	}
+	ts.waiting--
+	t.enabled = !t.aborted
+	en := t.enabled
+	ts.mu.Unlock()
+	stop()
+	return en
+}
+
+// leave removes t from the task set and wakes waiters. It returns whether t
+// was aborted and whether the abort must be reported as TASK ABORTED.
+func (ts *taskSet) leave(t *task) (aborted, report bool) {
+	ts.mu.Lock()
+	if t.prev != nil {
+		t.prev.next = t.next
+	} else {
+		ts.head = t.next
+	}
+	if t.next != nil {
+		t.next.prev = t.prev
+	} else {
+		ts.tail = t.prev
+	}
+	t.prev, t.next = nil, nil
+	ts.n--
+	if t.attr == TaskOrdered || t.attr == TaskHeadOfQueue {
+		ts.nOrdHoQ--
+	}
+	t.finished = true
+	aborted, report = t.aborted, t.reportAborted
+	ts.cond.Broadcast()
+	ts.mu.Unlock()
+	return aborted, report
+}
+
+// abort marks t aborted; report selects TASK ABORTED status (TAS=1, abort
+// caused by another nexus) over a silent abort. A dormant task wakes up.
+func (ts *taskSet) abort(t *task, report bool) {
+	ts.mu.Lock()
+	if !t.finished && !t.aborted {
+		t.aborted = true
+		t.reportAborted = report
+		ts.cond.Broadcast()
+	}
+	ts.mu.Unlock()
+}
+
+// isAborted reports whether t has been aborted.
+func (ts *taskSet) isAborted(t *task) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return t.aborted
+}
+
+// waitDone blocks until t has left the task set or ctx ends.
+func (ts *taskSet) waitDone(ctx context.Context, t *task) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if t.finished {
+		return true
+	}
+	stop := context.AfterFunc(ctx, func() {
+		ts.mu.Lock()
+		ts.cond.Broadcast()
+		ts.mu.Unlock()
+	})
+	defer stop()
+	for !t.finished && ctx.Err() == nil {
+		ts.cond.Wait()
+	}
+	return t.finished
+}
+
+// abortMatching aborts every task for which match returns true and returns
+// them. report(t) chooses TASK ABORTED versus silent for each.
+func (ts *taskSet) abortMatching(match func(*task) bool, report func(*task) bool) []*task {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var out []*task
+	for t := ts.head; t != nil; t = t.next {
+		if match(t) && !t.aborted {
+			t.aborted = true
+			t.reportAborted = report(t)
+			out = append(out, t)
+		}
+	}
+	if len(out) > 0 {
+		ts.cond.Broadcast()
+	}
+	return out
+}
