@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/rdma/rdmatest"
 )
 
 func testCtx(t *testing.T) context.Context {
@@ -133,4 +134,19 @@ func TestDialRefused(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("Dial to nobody: %v", err)
 	}
+}
+
+func newPairFactory(opts ...Option) rdmatest.Factory {
+	return func(tb testing.TB) (a, b rdma.Device, addr string) {
+		n := NewNetwork()
+		return n.NewDevice("a", opts...), n.NewDevice("b", opts...), "a:listen"
+	}
+}
+
+func TestConformance(t *testing.T) {
+	rdmatest.Run(t, newPairFactory())
+}
+
+func BenchmarkLoopback(b *testing.B) {
+	rdmatest.Benchmark(b, newPairFactory())
 }
