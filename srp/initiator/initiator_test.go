@@ -488,3 +488,21 @@ func TestLUNEncoding(t *testing.T) {
 		t.Errorf("LUN(1)=%#x LUN(300)=%#x", LUN(1), LUN(300))
 	}
 }
+
+func TestParseTarget(t *testing.T) {
+	o, err := ParseTarget("id_ext=0002c903000e8acc,ioc_guid=0002c903000e8acd,dest=192.0.2.1:5555,initiator_ext=5,queue_size=30,ch_count=2,cmd_sg_entries=20,max_sect=256,max_it_iu_size=1000,transport=iwarp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Options{IDExt: 0x0002c903000e8acc, IOCGUID: 0x0002c903000e8acd, Dest: "192.0.2.1:5555", InitiatorExt: 5,
+		QueueSize: 32, ChCount: 2, CmdSGEntries: 20, MaxSect: 256, MaxITIUSize: 1000, Transport: "iwarp"}
+	if o != want {
+		t.Errorf("got %+v\nwant %+v", o, want)
+	}
+	if _, err := ParseTarget("id_ext=1,ioc_guid=2,dgid=fe800000000000000002c903000e8acc,pkey=ffff,service_id=1"); err == nil {
+		t.Error("IB CM path accepted")
+	}
+	if _, err := ParseTarget("id_ext=1,ioc_guid=2,dest=192.0.2.1:5555,bogus=1"); err == nil {
+		t.Error("unknown key accepted")
+	}
+}

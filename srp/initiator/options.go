@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/gosrp/gosrp/srp"
 )
 
 // Linux ib_srp defaults (drivers/infiniband/ulp/srp/ib_srp.c module
@@ -64,9 +66,10 @@ type Options struct {
 	InitiatorGUID uint64
 	// IOClass selects the port identifier layout (io_class); 0 means rev. 16a.
 	IOClass uint16
-	// QueueSize is the number of IUs per channel (queue_size); the number of
-	// commands a channel may have outstanding is min(req_lim-1,
-	// QueueSize-2), as ib_srp computes can_queue.
+	// QueueSize is the number of IUs per channel (ib_srp target->queue_size:
+	// add_target queue_size + 2); the number of commands a channel may have
+	// outstanding is min(req_lim-1, QueueSize-2), as ib_srp computes
+	// can_queue.
 	QueueSize int
 	// MaxITIUSize caps the requested initiator-to-target IU length, bytes
 	// (max_it_iu_size); 0 means no cap.
@@ -210,4 +213,35 @@ func (o Options) PortIDs() (initiator, target [16]byte) {
 		put(target[8:], o.IOCGUID)
 	}
 	return
+}
+
+// FromTargetOptions converts a parsed add_target string (package srp) to
+// Options. Only the RDMA/CM path (dest=) is supported; the InfiniBand CM
+// keys (dgid, pkey, service_id) are refused. As in ib_srp, queue_size=N
+// sets can_queue N and a channel of N+2 IUs (one for task management, one
+// for answers to target requests).
+func FromTargetOptions(t *srp.TargetOptions) (Options, error) {
+	if !t.Has("dest") {
+		return Options{}, fmt.Errorf("srp initiator: the InfiniBand CM path (dgid, pkey, service_id) is not supported; give dest=IP:port")
+	}
+	o := Options{
+		IDExt: t.IDExt, IOCGUID: t.IOCGUID, Dest: t.Dest.String(), InitiatorExt: t.InitiatorExt,
+		IOClass: t.IOClass, MaxITIUSize: t.MaxITIUSize, ChCount: t.ChCount, CmdSGEntries: t.CmdSGEntries,
+		MaxSect: t.MaxSect, Transport: t.Transport,
+	}
+	if t.Has("queue_size") {
+		o.QueueSize = t.QueueSize + tmfReserve + rspSQSize
+	}
+	return o, nil
+}
+
+// ParseTarget parses an add_target string (srp.ParseTargetOptions), e.g.
+// "id_ext=0002c903000e8acc,ioc_guid=0002c903000e8acc,dest=192.0.2.1:5555",
+// into Options.
+func ParseTarget(s string) (Options, error) {
+	t, err := srp.ParseTargetOptions(s)
+	if err != nil {
+		return Options{}, err
+	}
+	return FromTargetOptions(t)
 }
