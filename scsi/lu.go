@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/pr"
 )
 
 // LUConfig configures a LogicalUnit (a direct-access block device, SBC-3).
@@ -65,7 +66,11 @@ type LUConfig struct {
 	// PhysicalBlockExponent is LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT of
 	// READ CAPACITY(16) (SBC-3 §5.16.2).
 	PhysicalBlockExponent uint8
-	// Logger receives diagnostics; nil uses the target's logger.
+	// Reservations is the logical unit's reservation state (persistent
+	// reservations and SPC-2 RESERVE/RELEASE). Nil means a fresh
+	// pr.New(pr.Config{}) without persistence.
+	Reservations *pr.State
+	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 }
 
@@ -103,6 +108,7 @@ type LogicalUnit struct {
 	writeMu sync.RWMutex
 
 	ts taskSet
+	pr *pr.State
 
 	mu       sync.Mutex // guards mode, uas, prevent
 	mode     modePages  // current values
@@ -203,6 +209,10 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	lu.uas = make(map[string][]Reason)
 	lu.prevent = make(map[string]bool)
 	lu.ts.init()
+	lu.pr = cfg.Reservations
+	if lu.pr == nil {
+		lu.pr = pr.New(pr.Config{Logger: cfg.Logger})
+	}
 	return lu, nil
 }
 
@@ -359,12 +369,16 @@ func (lu *LogicalUnit) uaAllExisting(r Reason, except string) {
 	}
 }
 
-// dropNexus forgets the nexus's unit attention and medium removal state.
-func (lu *LogicalUnit) dropNexus(key string) {
+// dropNexus forgets the nexus's unit attention and medium removal state
+// and tells the reservation state the I_T nexus was lost (its SPC-2
+// reservation is released).
+func (lu *LogicalUnit) dropNexus(n Nexus) {
+	key := nexusKey(n)
 	lu.mu.Lock()
 	delete(lu.uas, key)
 	delete(lu.prevent, key)
 	lu.mu.Unlock()
+	lu.pr.NexusLost(pr.Nexus(n))
 }
 
 // PendingUnitAttentions returns the sense codes (ASC<<8|ASCQ) of unit

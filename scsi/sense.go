@@ -36,39 +36,41 @@ type Reason uint8
 
 // Reasons. The comment gives sense key / ASC / ASCQ (SPC-4 Annex D).
 const (
-	ReasonNone                     Reason = iota // GOOD
-	ReasonInvalidOpcode                          // 05/20/00 INVALID COMMAND OPERATION CODE
-	ReasonInvalidCDBField                        // 05/24/00 INVALID FIELD IN CDB
-	ReasonInvalidParamField                      // 05/26/00 INVALID FIELD IN PARAMETER LIST
-	ReasonParamListLength                        // 05/1A/00 PARAMETER LIST LENGTH ERROR
-	ReasonInvalidCommandIU                       // 05/0E/03 INVALID FIELD IN COMMAND INFORMATION UNIT
-	ReasonLBAOutOfRange                          // 05/21/00 LOGICAL BLOCK ADDRESS OUT OF RANGE
-	ReasonLUNNotSupported                        // 05/25/00 LOGICAL UNIT NOT SUPPORTED
-	ReasonSavingNotSupported                     // 05/39/00 SAVING PARAMETERS NOT SUPPORTED
-	ReasonWriteProtected                         // 07/27/00 WRITE PROTECTED
-	ReasonSpaceAllocFailed                       // 07/27/07 SPACE ALLOCATION FAILED WRITE PROTECT
-	ReasonReadError                              // 03/11/00 UNRECOVERED READ ERROR
-	ReasonWriteError                             // 03/0C/00 WRITE ERROR
-	ReasonMiscompare                             // 0E/1D/00 MISCOMPARE DURING VERIFY OPERATION
-	ReasonOverlappedCommands                     // 0B/4E/00 OVERLAPPED COMMANDS ATTEMPTED
-	ReasonInternalFailure                        // 04/44/00 INTERNAL TARGET FAILURE
-	ReasonNotReadyStopped                        // 02/04/02 LOGICAL UNIT NOT READY, INITIALIZING COMMAND REQUIRED
-	ReasonMediumRemovalPrevented                 // 05/53/02 MEDIUM REMOVAL PREVENTED
-	ReasonInvalidMessage                         // 0B/49/00 INVALID MESSAGE ERROR
-	ReasonReservationConflict                    // status RESERVATION CONFLICT, no sense
-	ReasonTaskSetFull                            // status TASK SET FULL, no sense
-	ReasonBusy                                   // status BUSY, no sense
-	ReasonUAPowerOn                              // 06/29/00 POWER ON, RESET, OR BUS DEVICE RESET OCCURRED
-	ReasonUALUNReset                             // 06/29/03 BUS DEVICE RESET FUNCTION OCCURRED
-	ReasonUAITNexusLoss                          // 06/29/07 I_T NEXUS LOSS OCCURRED
-	ReasonUAModeChanged                          // 06/2A/01 MODE PARAMETERS CHANGED
-	ReasonUAReservationsPreempted                // 06/2A/03 RESERVATIONS PREEMPTED
-	ReasonUAReservationsReleased                 // 06/2A/04 RESERVATIONS RELEASED
-	ReasonUARegistrationsPreempted               // 06/2A/05 REGISTRATIONS PREEMPTED
-	ReasonUACapacityChanged                      // 06/2A/09 CAPACITY DATA HAS CHANGED
-	ReasonUACommandsCleared                      // 06/2F/00 COMMANDS CLEARED BY ANOTHER INITIATOR
-	ReasonUALUNsChanged                          // 06/3F/0E REPORTED LUNS DATA HAS CHANGED
-	ReasonUAInquiryChanged                       // 06/3F/03 INQUIRY DATA HAS CHANGED
+	ReasonNone                              Reason = iota // GOOD
+	ReasonInvalidOpcode                                   // 05/20/00 INVALID COMMAND OPERATION CODE
+	ReasonInvalidCDBField                                 // 05/24/00 INVALID FIELD IN CDB
+	ReasonInvalidParamField                               // 05/26/00 INVALID FIELD IN PARAMETER LIST
+	ReasonParamListLength                                 // 05/1A/00 PARAMETER LIST LENGTH ERROR
+	ReasonInvalidCommandIU                                // 05/0E/03 INVALID FIELD IN COMMAND INFORMATION UNIT
+	ReasonLBAOutOfRange                                   // 05/21/00 LOGICAL BLOCK ADDRESS OUT OF RANGE
+	ReasonLUNNotSupported                                 // 05/25/00 LOGICAL UNIT NOT SUPPORTED
+	ReasonSavingNotSupported                              // 05/39/00 SAVING PARAMETERS NOT SUPPORTED
+	ReasonWriteProtected                                  // 07/27/00 WRITE PROTECTED
+	ReasonSpaceAllocFailed                                // 07/27/07 SPACE ALLOCATION FAILED WRITE PROTECT
+	ReasonReadError                                       // 03/11/00 UNRECOVERED READ ERROR
+	ReasonWriteError                                      // 03/0C/00 WRITE ERROR
+	ReasonMiscompare                                      // 0E/1D/00 MISCOMPARE DURING VERIFY OPERATION
+	ReasonOverlappedCommands                              // 0B/4E/00 OVERLAPPED COMMANDS ATTEMPTED
+	ReasonInternalFailure                                 // 04/44/00 INTERNAL TARGET FAILURE
+	ReasonNotReadyStopped                                 // 02/04/02 LOGICAL UNIT NOT READY, INITIALIZING COMMAND REQUIRED
+	ReasonMediumRemovalPrevented                          // 05/53/02 MEDIUM REMOVAL PREVENTED
+	ReasonInvalidMessage                                  // 0B/49/00 INVALID MESSAGE ERROR
+	ReasonInvalidRelease                                  // 05/26/04 INVALID RELEASE OF PERSISTENT RESERVATION
+	ReasonInsufficientRegistrationResources               // 05/55/04 INSUFFICIENT REGISTRATION RESOURCES
+	ReasonReservationConflict                             // status RESERVATION CONFLICT, no sense
+	ReasonTaskSetFull                                     // status TASK SET FULL, no sense
+	ReasonBusy                                            // status BUSY, no sense
+	ReasonUAPowerOn                                       // 06/29/00 POWER ON, RESET, OR BUS DEVICE RESET OCCURRED
+	ReasonUALUNReset                                      // 06/29/03 BUS DEVICE RESET FUNCTION OCCURRED
+	ReasonUAITNexusLoss                                   // 06/29/07 I_T NEXUS LOSS OCCURRED
+	ReasonUAModeChanged                                   // 06/2A/01 MODE PARAMETERS CHANGED
+	ReasonUAReservationsPreempted                         // 06/2A/03 RESERVATIONS PREEMPTED
+	ReasonUAReservationsReleased                          // 06/2A/04 RESERVATIONS RELEASED
+	ReasonUARegistrationsPreempted                        // 06/2A/05 REGISTRATIONS PREEMPTED
+	ReasonUACapacityChanged                               // 06/2A/09 CAPACITY DATA HAS CHANGED
+	ReasonUACommandsCleared                               // 06/2F/00 COMMANDS CLEARED BY ANOTHER INITIATOR
+	ReasonUALUNsChanged                                   // 06/3F/0E REPORTED LUNS DATA HAS CHANGED
+	ReasonUAInquiryChanged                                // 06/3F/03 INQUIRY DATA HAS CHANGED
 	numReasons
 )
 
@@ -80,39 +82,41 @@ type reasonEntry struct {
 
 // reasonTable is the single mapping from Reason to status and sense codes.
 var reasonTable = [numReasons]reasonEntry{
-	ReasonNone:                     {StatusGood, 0, 0, 0},
-	ReasonInvalidOpcode:            {StatusCheckCondition, SenseIllegalRequest, 0x20, 0x00},
-	ReasonInvalidCDBField:          {StatusCheckCondition, SenseIllegalRequest, 0x24, 0x00},
-	ReasonInvalidParamField:        {StatusCheckCondition, SenseIllegalRequest, 0x26, 0x00},
-	ReasonParamListLength:          {StatusCheckCondition, SenseIllegalRequest, 0x1A, 0x00},
-	ReasonInvalidCommandIU:         {StatusCheckCondition, SenseIllegalRequest, 0x0E, 0x03},
-	ReasonLBAOutOfRange:            {StatusCheckCondition, SenseIllegalRequest, 0x21, 0x00},
-	ReasonLUNNotSupported:          {StatusCheckCondition, SenseIllegalRequest, 0x25, 0x00},
-	ReasonSavingNotSupported:       {StatusCheckCondition, SenseIllegalRequest, 0x39, 0x00},
-	ReasonWriteProtected:           {StatusCheckCondition, SenseDataProtect, 0x27, 0x00},
-	ReasonSpaceAllocFailed:         {StatusCheckCondition, SenseDataProtect, 0x27, 0x07},
-	ReasonReadError:                {StatusCheckCondition, SenseMediumError, 0x11, 0x00},
-	ReasonWriteError:               {StatusCheckCondition, SenseMediumError, 0x0C, 0x00},
-	ReasonMiscompare:               {StatusCheckCondition, SenseMiscompare, 0x1D, 0x00},
-	ReasonOverlappedCommands:       {StatusCheckCondition, SenseAbortedCommand, 0x4E, 0x00},
-	ReasonInternalFailure:          {StatusCheckCondition, SenseHardwareError, 0x44, 0x00},
-	ReasonNotReadyStopped:          {StatusCheckCondition, SenseNotReady, 0x04, 0x02},
-	ReasonMediumRemovalPrevented:   {StatusCheckCondition, SenseIllegalRequest, 0x53, 0x02},
-	ReasonInvalidMessage:           {StatusCheckCondition, SenseAbortedCommand, 0x49, 0x00},
-	ReasonReservationConflict:      {StatusReservationConflict, 0, 0, 0},
-	ReasonTaskSetFull:              {StatusTaskSetFull, 0, 0, 0},
-	ReasonBusy:                     {StatusBusy, 0, 0, 0},
-	ReasonUAPowerOn:                {StatusCheckCondition, SenseUnitAttention, 0x29, 0x00},
-	ReasonUALUNReset:               {StatusCheckCondition, SenseUnitAttention, 0x29, 0x03},
-	ReasonUAITNexusLoss:            {StatusCheckCondition, SenseUnitAttention, 0x29, 0x07},
-	ReasonUAModeChanged:            {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x01},
-	ReasonUAReservationsPreempted:  {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x03},
-	ReasonUAReservationsReleased:   {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x04},
-	ReasonUARegistrationsPreempted: {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x05},
-	ReasonUACapacityChanged:        {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x09},
-	ReasonUACommandsCleared:        {StatusCheckCondition, SenseUnitAttention, 0x2F, 0x00},
-	ReasonUALUNsChanged:            {StatusCheckCondition, SenseUnitAttention, 0x3F, 0x0E},
-	ReasonUAInquiryChanged:         {StatusCheckCondition, SenseUnitAttention, 0x3F, 0x03},
+	ReasonNone:                              {StatusGood, 0, 0, 0},
+	ReasonInvalidOpcode:                     {StatusCheckCondition, SenseIllegalRequest, 0x20, 0x00},
+	ReasonInvalidCDBField:                   {StatusCheckCondition, SenseIllegalRequest, 0x24, 0x00},
+	ReasonInvalidParamField:                 {StatusCheckCondition, SenseIllegalRequest, 0x26, 0x00},
+	ReasonParamListLength:                   {StatusCheckCondition, SenseIllegalRequest, 0x1A, 0x00},
+	ReasonInvalidCommandIU:                  {StatusCheckCondition, SenseIllegalRequest, 0x0E, 0x03},
+	ReasonLBAOutOfRange:                     {StatusCheckCondition, SenseIllegalRequest, 0x21, 0x00},
+	ReasonLUNNotSupported:                   {StatusCheckCondition, SenseIllegalRequest, 0x25, 0x00},
+	ReasonSavingNotSupported:                {StatusCheckCondition, SenseIllegalRequest, 0x39, 0x00},
+	ReasonWriteProtected:                    {StatusCheckCondition, SenseDataProtect, 0x27, 0x00},
+	ReasonSpaceAllocFailed:                  {StatusCheckCondition, SenseDataProtect, 0x27, 0x07},
+	ReasonReadError:                         {StatusCheckCondition, SenseMediumError, 0x11, 0x00},
+	ReasonWriteError:                        {StatusCheckCondition, SenseMediumError, 0x0C, 0x00},
+	ReasonMiscompare:                        {StatusCheckCondition, SenseMiscompare, 0x1D, 0x00},
+	ReasonOverlappedCommands:                {StatusCheckCondition, SenseAbortedCommand, 0x4E, 0x00},
+	ReasonInternalFailure:                   {StatusCheckCondition, SenseHardwareError, 0x44, 0x00},
+	ReasonNotReadyStopped:                   {StatusCheckCondition, SenseNotReady, 0x04, 0x02},
+	ReasonMediumRemovalPrevented:            {StatusCheckCondition, SenseIllegalRequest, 0x53, 0x02},
+	ReasonInvalidMessage:                    {StatusCheckCondition, SenseAbortedCommand, 0x49, 0x00},
+	ReasonInvalidRelease:                    {StatusCheckCondition, SenseIllegalRequest, 0x26, 0x04},
+	ReasonInsufficientRegistrationResources: {StatusCheckCondition, SenseIllegalRequest, 0x55, 0x04},
+	ReasonReservationConflict:               {StatusReservationConflict, 0, 0, 0},
+	ReasonTaskSetFull:                       {StatusTaskSetFull, 0, 0, 0},
+	ReasonBusy:                              {StatusBusy, 0, 0, 0},
+	ReasonUAPowerOn:                         {StatusCheckCondition, SenseUnitAttention, 0x29, 0x00},
+	ReasonUALUNReset:                        {StatusCheckCondition, SenseUnitAttention, 0x29, 0x03},
+	ReasonUAITNexusLoss:                     {StatusCheckCondition, SenseUnitAttention, 0x29, 0x07},
+	ReasonUAModeChanged:                     {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x01},
+	ReasonUAReservationsPreempted:           {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x03},
+	ReasonUAReservationsReleased:            {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x04},
+	ReasonUARegistrationsPreempted:          {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x05},
+	ReasonUACapacityChanged:                 {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x09},
+	ReasonUACommandsCleared:                 {StatusCheckCondition, SenseUnitAttention, 0x2F, 0x00},
+	ReasonUALUNsChanged:                     {StatusCheckCondition, SenseUnitAttention, 0x3F, 0x0E},
+	ReasonUAInquiryChanged:                  {StatusCheckCondition, SenseUnitAttention, 0x3F, 0x03},
 }
 
 // Status returns the SCSI status byte for r.

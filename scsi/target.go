@@ -267,7 +267,7 @@ func (s *session) Close() {
 	t.mu.Unlock()
 	if last {
 		for _, lu := range luns {
-			lu.dropNexus(s.key)
+			lu.dropNexus(s.nexus)
 		}
 	}
 }
