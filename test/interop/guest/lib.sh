@@ -1,0 +1,172 @@
+# Helpers for the interop tests; they run inside the guest.  Source it:
+#   . /gosrp/suite/guest/lib.sh
+#
+# Fixed addressing (the guest has no NIC; nothing leaves the VM):
+#   lab0  dummy, MAC 02:00:00:00:00:01, 192.0.2.1/24     -> rxe0 (soft-RoCE)
+#   lab1  dummy, MAC 02:00:00:00:00:02, 192.0.2.2/24 and
+#         2001:db8::2/64                                 -> siw0 (soft-iWARP)
+# siw cannot sit on lo (a zero MAC gives a zero GID, which the IB core's GID
+# cache never stores), and not next to rxe0 on lab0 (RDMA/CM maps an address
+# to the first device holding it).  LIO ib_srpt listens for RDMA/CM on port
+# 5555 on the IPv6 wildcard; over iWARP an IPv4 connection to that listener
+# is rejected, so kernel and user-space initiators reach LIO over siw at
+# [2001:db8::2]:5555.  A user-space target listens on 192.0.2.2 on another port.
+set -o pipefail
+
+RXE_IP=192.0.2.1
+SIW_IP=192.0.2.2
+SIW_IP6=2001:db8::2
+SIW_IP6_FULL=2001:0db8:0000:0000:0000:0000:0000:0002   # as ib_srpt names sessions (%pIS)
+LIO_PORT=5555
+RUN=/gosrp/run
+CFG=/sys/kernel/config/target
+
+log() { printf '[%s] %s\n' "$(cut -d' ' -f1 /proc/uptime)" "$*"; }
+
+# Failure accounting: check DESC CMD... runs CMD and records a failure.
+FAILS=0
+fail() { log "FAIL: $*"; FAILS=$((FAILS + 1)); }
+check() {
+	local d=$1
+	shift
+	if "$@"; then log "ok: $d"; else fail "$d (exit $?)"; fi
+}
+# finish: prints the verdict and exits with the test's status.
+finish() {
+	if [ "$FAILS" = 0 ]; then log "RESULT: PASS"; exit 0; fi
+	log "RESULT: FAIL ($FAILS failed checks)"
+	exit 1
+}
+# skip REASON: the test cannot run here (exit 77).
+skip() { log "SKIP: $*"; exit 77; }
+# die REASON: a setup step failed; nothing after it can run.
+die() {
+	log "FAIL: $*"
+	dmesg | tail -n 30
+	log "RESULT: FAIL"
+	exit 1
+}
+
+# figure KEY VALUE: a number for run.sh's summary table.
+figure() { echo "$1=$2" >>"$RUN/figures"; log "figure $1=$2"; }
+
+# wait_for DECISECONDS CMD...: polls CMD until it succeeds.
+wait_for() {
+	local n=$1 i
+	shift
+	for ((i = 0; i < n; i++)); do
+		"$@" && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+dummy_up() { # NAME MAC IPv4
+	[ -e "/sys/class/net/$1" ] && return 0
+	modprobe dummy numdummies=0 &&
+		ip link add "$1" type dummy &&
+		ip link set "$1" address "$2" &&
+		ip addr add "$3/24" dev "$1" &&
+		ip link set "$1" up
+}
+
+rdma_core_up() { modprobe ib_core && modprobe ib_uverbs && modprobe rdma_ucm && modprobe ib_umad; }
+
+rxe_up() {
+	rdma_core_up && modprobe rdma_rxe && dummy_up lab0 02:00:00:00:00:01 $RXE_IP || return 1
+	[ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev lab0 || return 1
+	wait_for 100 grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state
+}
+
+siw_up() {
+	rdma_core_up && modprobe siw && dummy_up lab1 02:00:00:00:00:02 $SIW_IP || return 1
+	ip -6 addr show dev lab1 | grep -q " $SIW_IP6/" || ip -6 addr add "$SIW_IP6/64" dev lab1 nodad || return 1
+	[ -e /sys/class/infiniband/siw0 ] || rdma link add siw0 type siw netdev lab1 || return 1
+	wait_for 100 grep -q ACTIVE /sys/class/infiniband/siw0/ports/1/state
+}
+
+gid0() { cat "/sys/class/infiniband/$1/ports/1/gids/0"; }
+
+# LIO ib_srpt with one rd_mcp LUN of SIZE_MB on each DEV:
+#   lio_start SIZE_MB DEV...
+# The ib_srpt port of a device is named by the interface-id half of its GID 0
+# ("%04x:%04x:%04x:%04x").  ib_srpt has no demo mode; over RDMA/CM a
+# session is named by the target's own address, so the ACLs are our addresses.
+lio_start() {
+	local mb=$1 dev port acl lun=$CFG/core/rd_mcp_0/lun0
+	shift
+	modprobe target_core_mod && modprobe ib_srpt || return 1
+	mkdir -p $lun && echo "rd_pages=$((mb * 256))" >$lun/control &&
+		echo lio-lun0 >$lun/wwn/vpd_unit_serial && echo 1 >$lun/enable || return 1
+	mkdir -p $CFG/srpt && echo $LIO_PORT >$CFG/srpt/discovery_auth/rdma_cm_port || return 1
+	for dev in "$@"; do
+		port=$(gid0 "$dev" | cut -d: -f5-8)
+		mkdir -p "$CFG/srpt/$port/$port/lun/lun_0" &&
+			ln -s $lun "$CFG/srpt/$port/$port/lun/lun_0/lun0" || return 1
+		for acl in $RXE_IP $SIW_IP $SIW_IP6_FULL; do
+			mkdir -p "$CFG/srpt/$port/$port/acls/$acl/lun_0" &&
+				ln -s "$CFG/srpt/$port/$port/lun/lun_0" "$CFG/srpt/$port/$port/acls/$acl/lun_0/lun0" || return 1
+		done
+		echo 1 >"$CFG/srpt/$port/$port/enable" || return 1
+		log "LIO ib_srpt: $dev port $port, ${mb} MiB rd_mcp LUN, RDMA/CM port $LIO_PORT"
+	done
+}
+# The target port id halves ib_srpt accepts (its srpt_service_guid), 16 hex digits.
+lio_guid() { printf '%016x' "$(cat /sys/module/ib_srpt/parameters/srpt_service_guid)"; }
+
+# add_target string for the kernel initiator: srp_string DEV ID_EXT IOC_GUID DEST [EXTRA]
+srp_string() {
+	local g
+	g=$(gid0 "$1" | tr -d :)
+	echo "id_ext=$2,ioc_guid=$3,initiator_ext=${g:0:16},dest=$4${5:+,$5}"
+}
+
+# srp_login DEV STRING: logs ib_srp in through DEV and prints the new disk
+# (/dev/sdX).  Bounded: 60 s for the disk to appear.
+srp_login() {
+	local dev=$1 s=$2 p before h d i
+	modprobe sd_mod && modprobe sg && modprobe ib_srp || return 1
+	p=/sys/class/infiniband_srp/srp-$dev-1/add_target
+	wait_for 50 test -e "$p" || { log "$p missing" >&2; return 1; }
+	before=$(ls /sys/class/scsi_host/)
+	log "echo $s > $p" >&2
+	echo "$s" >"$p" || { log "add_target failed" >&2; return 1; }
+	for ((i = 0; i < 600; i++)); do
+		for h in /sys/class/scsi_host/*; do
+			grep -qx "${h##*/}" <<<"$before" && continue
+			for d in "$h"/device/target*/*/block/*; do
+				[ -e "$d" ] && { echo "/dev/${d##*/}"; return 0; }
+			done
+		done
+		sleep 0.1
+	done
+	log "no disk appeared after login" >&2
+	return 1
+}
+
+# The sg node of a disk: sg_of /dev/sdX -> /dev/sgN
+sg_of() { echo "/dev/$(ls "/sys/block/${1#/dev/}/device/scsi_generic/")"; }
+
+# srp_logout: deletes every SRP remote port and waits (30 s) until they are gone.
+srp_logout() {
+	local p
+	for p in /sys/class/srp_remote_ports/*; do
+		[ -e "$p/delete" ] && echo 1 >"$p/delete"
+	done
+	wait_for 300 test -z "$(ls /sys/class/srp_remote_ports/ 2>/dev/null)"
+}
+
+# fio_run NAME ARGS...: runs fio (bounded by timeout) on the options given,
+# prints its normal report, keeps the terse v3 line in /tmp/fio-NAME.terse.
+# Terse fields: 7 read KiB/s, 8 read IOPS, 48 write KiB/s, 49 write IOPS.
+fio_run() {
+	local name=$1 out rc
+	shift
+	out=$(timeout 300 fio --name="$name" --output-format=normal,terse --terse-version=3 "$@" 2>&1)
+	rc=$?
+	grep -v '^3;' <<<"$out" | grep -E 'IOPS=|err=|verify|bad|error|lat \(usec\): min' | sed 's/^/  /'
+	grep '^3;' <<<"$out" | tail -1 >"/tmp/fio-$name.terse"
+	[ $rc = 0 ] || { grep -v '^3;' <<<"$out" | tail -20; return $rc; }
+	grep -q 'err= 0' <<<"$out"
+}
+fio_field() { cut -d';' -f"$2" "/tmp/fio-$1.terse" | cut -d. -f1; }
