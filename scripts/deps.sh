@@ -10,6 +10,8 @@ pkgs=(
   libibverbs-dev librdmacm-dev rdma-core pkg-config gcc
   # VM interop suite
   qemu-system-x86 mmdebstrap busybox-static cpio xz-utils zstd e2fsprogs kmod
+  # ... and its out-of-tree siw.ko build (gcc-12 = the compiler of Debian 12's kernel)
+  gcc-12 make libelf1
 )
 missing=()
 for p in "${pkgs[@]}"; do
