@@ -170,3 +170,53 @@ fio_run() {
 	grep -q 'err= 0' <<<"$out"
 }
 fio_field() { cut -d';' -f"$2" "/tmp/fio-$1.terse" | cut -d. -f1; }
+
+# ---------------------------------------------------------------- srptd
+# srptd listens on the siw netdev's IPv4 address (LIO's ib_srpt already
+# holds port 5555 there when it is loaded).
+SRPTD_PORT=5556
+SRPTD_ADDR=$SIW_IP:$SRPTD_PORT
+
+# srptd_start [ARGS...]: starts srptd in the background (log in
+# $RUN/srptd.log), waits (60 s) for the add_target string it prints, and
+# sets SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.
+srptd_start() {
+	local i s
+	: >"$RUN/srptd.log"
+	srptd --listen "$SRPTD_ADDR" "$@" >>"$RUN/srptd.log" 2>&1 &
+	SRPTD_PID=$!
+	for ((i = 0; i < 600; i++)); do
+		s=$(grep -o 'id_ext=[0-9a-fA-Fx]*,ioc_guid=[0-9a-fA-Fx]*' "$RUN/srptd.log" | head -1)
+		[ -n "$s" ] && break
+		kill -0 $SRPTD_PID 2>/dev/null || { log "srptd exited:"; cat "$RUN/srptd.log"; return 1; }
+		sleep 0.1
+	done
+	[ -n "$s" ] || { log "srptd printed no login string in 60 s:"; cat "$RUN/srptd.log"; return 1; }
+	SRPTD_ID_EXT=$(sed 's/id_ext=\(0x\)\{0,1\}\([0-9a-fA-F]*\),.*/\2/' <<<"$s")
+	SRPTD_IOC_GUID=$(sed 's/.*ioc_guid=\(0x\)\{0,1\}\([0-9a-fA-F]*\)$/\2/' <<<"$s")
+	log "srptd pid $SRPTD_PID on $SRPTD_ADDR: id_ext=$SRPTD_ID_EXT ioc_guid=$SRPTD_IOC_GUID"
+}
+
+# srptd_stop: SIGTERM, then waits (30 s) for it to exit; fails on a non-zero
+# exit status or a Go panic in its log.
+srptd_stop() {
+	local i rc
+	[ -n "${SRPTD_PID:-}" ] || return 0
+	kill -TERM "$SRPTD_PID" 2>/dev/null
+	for ((i = 0; i < 300; i++)); do kill -0 "$SRPTD_PID" 2>/dev/null || break; sleep 0.1; done
+	if kill -0 "$SRPTD_PID" 2>/dev/null; then
+		log "srptd did not exit within 30 s of SIGTERM; killing it"
+		kill -QUIT "$SRPTD_PID"; sleep 1; kill -KILL "$SRPTD_PID" 2>/dev/null
+		wait "$SRPTD_PID"; SRPTD_PID=
+		return 1
+	fi
+	wait "$SRPTD_PID"; rc=$?
+	SRPTD_PID=
+	! grep -q '^panic:\|^fatal error:' "$RUN/srptd.log" || { log "srptd panicked"; return 1; }
+	[ $rc = 0 ] || [ $rc = 143 ] || { log "srptd exited with status $rc"; return 1; }
+}
+
+# srptd_login: ib_srp over siw0 to srptd; prints the disk.
+srptd_login() {
+	srp_login siw0 "$(srp_string siw0 "$SRPTD_ID_EXT" "$SRPTD_IOC_GUID" "$SRPTD_ADDR" "$@")"
+}

@@ -1,0 +1,37 @@
+#!/bin/bash
+# summary: fio 4 KiB randread QD32, 1 MiB seq read and write: srptd vs LIO over siw, same VM, ratios
+# timeout: 600
+# Both through kernel ib_srp over siw: srptd at 192.0.2.2:5556, LIO (rd_mcp)
+# at [2001:db8::2]:5555.  TCG numbers only compare A with B in one run.
+. /gosrp/suite/guest/lib.sh
+command -v srptd >/dev/null || skip "srptd not built"
+SECS=${PERF_SECONDS:-10}
+
+siw_up || die "siw0 did not come up"
+srptd_start || die "srptd did not start"
+lio_start 512 siw0 || die "LIO ib_srpt setup failed"
+guid=$(lio_guid)
+declare -A v
+for t in srptd lio; do
+	if [ $t = srptd ]; then
+		disk=$(srptd_login) || die "login to srptd"
+	else
+		disk=$(srp_login siw0 "$(srp_string siw0 "$guid" "$guid" "[$SIW_IP6]:$LIO_PORT")") || die "login to LIO"
+	fi
+	log "=== $t ($disk)"
+	common=(--filename="$disk" --direct=1 --ioengine=libaio --runtime="$SECS" --time_based --size=256M)
+	fio_run $t-rr "${common[@]}" --rw=randread --bs=4k --iodepth=32 && v[$t-rr]=$(fio_field $t-rr 8) || fail "$t randread"
+	fio_run $t-sw "${common[@]}" --rw=write --bs=1M --iodepth=4 && v[$t-sw]=$(fio_field $t-sw 48) || fail "$t seq write"
+	fio_run $t-sr "${common[@]}" --rw=read --bs=1M --iodepth=4 && v[$t-sr]=$(fio_field $t-sr 7) || fail "$t seq read"
+	check "$t logout" srp_logout
+done
+ratio() { awk -v a="${v[srptd-$1]:-0}" -v b="${v[lio-$1]:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
+printf '%-28s %10s %10s %7s\n' "fio (${SECS}s, TCG)" srptd LIO ratio
+printf '%-28s %10s %10s %7s\n' "4k randread QD32 IOPS" "${v[srptd-rr]:-?}" "${v[lio-rr]:-?}" "$(ratio rr)"
+printf '%-28s %10s %10s %7s\n' "1M seq read QD4 KiB/s" "${v[srptd-sr]:-?}" "${v[lio-sr]:-?}" "$(ratio sr)"
+printf '%-28s %10s %10s %7s\n' "1M seq write QD4 KiB/s" "${v[srptd-sw]:-?}" "${v[lio-sw]:-?}" "$(ratio sw)"
+figure randread-iops "${v[srptd-rr]:-?}/${v[lio-rr]:-?}=$(ratio rr)"
+figure seqread-KiBps "${v[srptd-sr]:-?}/${v[lio-sr]:-?}=$(ratio sr)"
+figure seqwrite-KiBps "${v[srptd-sw]:-?}/${v[lio-sw]:-?}=$(ratio sw)"
+check "srptd stops cleanly" srptd_stop
+finish
