@@ -227,7 +227,7 @@ func printable(s string) bool {
 
 // naaFromSerial builds an NAA 6 designator the way LIO's
 // spc_gen_naa_6h_vendor_specific does: NAA 6, IEEE company ID 00-14-05,
-// then up to 25 hex digits of the serial. Without a serial, digits come
+// then up to 17 hex digits of the serial. Without a serial, digits come
 // from a hash of the backstore's identity.
 func naaFromSerial(serial string, bs any) [16]byte {
 	var digits []byte
@@ -249,10 +249,11 @@ func naaFromSerial(serial string, bs any) [16]byte {
 		}
 	}
 	var n [16]byte
-	// Nibbles: 6, 0,0,1,4,0,5 (OUI), then 25 vendor-specific nibbles.
+	// Nibbles: 6 (NAA), 0,0,1,4,0,5 (OUI), then 17 nibbles (bytes 3..11) of
+	// VENDOR SPECIFIC IDENTIFIER; the 4-byte extension (12..15) stays zero.
 	nib := []byte{6, 0, 0, 1, 4, 0, 5}
 	for i := 0; len(nib) < 32; i++ {
-		if i < len(digits) {
+		if i < len(digits) && i < 17 {
 			nib = append(nib, digits[i])
 		} else {
 			nib = append(nib, 0)
