@@ -38,6 +38,8 @@ type sqEntry struct {
 	sent   bool // transmitted by the writer
 	status rdma.Status
 	err    error
+	seq    uint64 // post order, for queue slot accounting
+	msn    uint32 // MSN of a Send or Read Request, assigned when taken for transmission
 	// RDMA Read: the Data Sink advertised in the request, and the bytes
 	// placed so far (reader goroutine only).
 	sinkSTag uint32
@@ -61,6 +63,9 @@ type conn struct {
 	caps       rdma.Caps
 	crc        bool
 	maxPayload int
+	// irdLimit is the IRD we advertised: Read Requests beyond it get a
+	// Terminate (caps.IRD may be lower, the peer's negotiated ORD).
+	irdLimit int
 
 	br *bufio.Reader
 	rx rxState // reader goroutine only (after start)
@@ -72,10 +77,21 @@ type conn struct {
 	sqLen    int // entries posted and not completed
 	sqNext   int // ring index of the next entry to transmit
 	sqUntx   int // entries not yet taken by the writer
-	readsOut int // RDMA Reads posted and not completed (ORD)
-	orq      []int
-	orqHead  int // ring over orq: sq indices of Reads in post order
-	orqLen   int
+	sqSeq    uint64   // sequence number of the next send work request
+	sqHeld   int      // send slots held: posted and completion not yet polled
+	released uint64   // send work with seq below this has released its slot
+	reads    []uint64 // seqs of RDMA Reads holding a slot (ORD accounting)
+	rqHeld   int      // receive slots held: posted and completion not yet polled
+	// orq is the ring of RDMA Read Requests on the wire, in order: user
+	// Reads and completion fences; at most caps.ORD.
+	orq     []orqEntry
+	orqHead int
+	orqLen  int
+	// confirm: SEND and RDMA WRITE complete only once a later Read
+	// Response proves the peer processed them (see Config.CompleteOnTransmit).
+	confirm bool
+	txSeq   uint64 // seq+1 of the last send work request taken for transmission
+	fenced  uint64 // txSeq covered by the last Read (user's or fence) sent
 	rq       []rdma.RecvWR // ring, RecvDepth entries
 	rqHead   int
 	rqLen    int
@@ -85,7 +101,7 @@ type conn struct {
 	irqHead  int
 	irqLen   int
 	irqTx    int // entries of irq taken by the writer
-	cq       []rdma.Completion
+	cq       []cqEntry
 	err      error
 	term     *termInfo // Terminate the writer sends before closing
 
@@ -98,15 +114,36 @@ type conn struct {
 
 var _ rdma.Conn = (*conn)(nil)
 
+// orqEntry is an RDMA Read Request on the wire: a user Read (sq index) or a
+// completion fence (zero-length Read) covering send work below upTo.
+type orqEntry struct {
+	idx   int // sq ring index, or -1 for a fence
+	upTo  uint64
+	fence bool
+}
+
+// cqEntry is a completion and the queue slot it releases when polled.
+type cqEntry struct {
+	c    rdma.Completion
+	send bool
+	seq  uint64
+}
+
+// ErrPeerClosed is a connection's Err after the peer closed its TCP
+// connection without a Terminate. It matches rdma.ErrClosed under errors.Is.
+var ErrPeerClosed = fmt.Errorf("iwarp: peer closed the connection: %w", rdma.ErrClosed)
+
 func newConn(d *Device, nc net.Conn, q rdma.QPConfig, caps rdma.Caps, crc bool) *conn {
 	c := &conn{
-		dev: d, nc: nc, log: d.log, caps: caps, crc: crc, maxPayload: d.cfg.MaxFPDUPayload,
+		dev: d, nc: nc, log: d.log, caps: caps, crc: crc, maxPayload: d.cfg.MaxFPDUPayload, irdLimit: q.IRD,
 		br:  bufio.NewReaderSize(nc, readerBufSize),
 		sq:  make([]sqEntry, q.SendDepth),
-		orq: make([]int, max(caps.ORD, 1)),
+		orq: make([]orqEntry, max(caps.ORD, 1)),
+		// Fences need a Read slot at the peer.
+		confirm: !d.cfg.CompleteOnTransmit && caps.ORD > 0,
 		rq:  make([]rdma.RecvWR, q.RecvDepth),
 		// One more than IRD: the RTR Read in peer-to-peer mode.
-		irq:    make([]inboundRead, caps.IRD+1),
+		irq:    make([]inboundRead, q.IRD+1),
 		txWake: make(chan struct{}, 1),
 		cqWake: make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -218,19 +255,39 @@ func (c *conn) flushLocked() {
 	c.advanceSQLocked()
 	if c.rxBusy {
 		c.rxBusy = false
-		c.cq = append(c.cq, rdma.Completion{ID: c.rxBusyID, Op: rdma.OpRecv, Status: rdma.StatusFlushed, Err: c.err})
+		st := rdma.StatusFlushed
+		if c.term != nil && c.term.recvStatus != rdma.StatusSuccess {
+			st = c.term.recvStatus
+		}
+		c.cq = append(c.cq, cqEntry{c: rdma.Completion{ID: c.rxBusyID, Op: rdma.OpRecv, Status: st, Err: c.err}})
 	}
 	for c.rqLen > 0 {
 		wr := c.rq[c.rqHead]
 		c.rq[c.rqHead] = rdma.RecvWR{}
 		c.rqHead = (c.rqHead + 1) % len(c.rq)
 		c.rqLen--
-		c.cq = append(c.cq, rdma.Completion{ID: wr.ID, Op: rdma.OpRecv, Status: rdma.StatusFlushed, Err: c.err})
+		c.cq = append(c.cq, cqEntry{c: rdma.Completion{ID: wr.ID, Op: rdma.OpRecv, Status: rdma.StatusFlushed, Err: c.err}})
 	}
 	for i := range c.irq {
 		c.irq[i] = inboundRead{}
 	}
 	c.irqLen, c.irqTx = 0, 0
+}
+
+// confirmLocked completes the SEND and RDMA WRITE work below seq bound: a
+// Read Response arrived for a Read sent after them, so the peer has processed
+// them (RFC 5040 §5.5 ordering: a Read Request is processed after every
+// message before it).
+func (c *conn) confirmLocked(bound uint64) {
+	for i := 0; i < c.sqLen; i++ {
+		e := &c.sq[(c.sqHead+i)%len(c.sq)]
+		if e.seq >= bound {
+			break
+		}
+		if e.state != sqDone && e.wr.Op != rdma.OpRDMARead {
+			e.state = sqDone
+		}
+	}
 }
 
 // advanceSQLocked reports finished send work in post order.
@@ -242,11 +299,12 @@ func (c *conn) advanceSQLocked() {
 			break
 		}
 		if e.wr.Signaled || e.status != rdma.StatusSuccess {
-			bl := e.length
-			if e.status != rdma.StatusSuccess {
-				bl = 0
+			// ByteLen is the bytes read for an RDMA Read, 0 otherwise.
+			bl := 0
+			if e.status == rdma.StatusSuccess && e.wr.Op == rdma.OpRDMARead {
+				bl = e.length
 			}
-			c.cq = append(c.cq, rdma.Completion{ID: e.wr.ID, Op: e.wr.Op, Status: e.status, ByteLen: bl, Err: e.err})
+			c.cq = append(c.cq, cqEntry{c: rdma.Completion{ID: e.wr.ID, Op: e.wr.Op, Status: e.status, ByteLen: bl, Err: e.err}, send: true, seq: e.seq})
 			n++
 		}
 		clear(e.sgl)
@@ -268,7 +326,7 @@ func (c *conn) checkSGE(s rdma.SGE, write bool) error {
 		return fmt.Errorf("iwarp: SGE region not registered on this device: %w", rdma.ErrInvalidWR)
 	}
 	if !m.usable() {
-		return fmt.Errorf("iwarp: SGE region: %w", rdma.ErrDeregistered)
+		return fmt.Errorf("iwarp: SGE region: %w: %w", rdma.ErrInvalidWR, rdma.ErrDeregistered)
 	}
 	if s.Offset < 0 || s.Length < 0 || s.Offset > len(m.buf) || s.Length > len(m.buf)-s.Offset {
 		return fmt.Errorf("iwarp: SGE [%d,+%d) outside the %d-byte region: %w", s.Offset, s.Length, len(m.buf), rdma.ErrInvalidWR)
@@ -313,16 +371,18 @@ func (c *conn) PostSend(wrs ...rdma.SendWR) error {
 		if total > math.MaxInt32 {
 			return fmt.Errorf("iwarp: %d-byte message: %w", total, rdma.ErrInvalidWR)
 		}
-		if c.sqLen >= len(c.sq) {
+		if c.sqHeld >= len(c.sq) {
 			return rdma.ErrQueueFull
 		}
-		if wr.Op == rdma.OpRDMARead && c.readsOut >= c.caps.ORD {
+		if wr.Op == rdma.OpRDMARead && len(c.reads) >= c.caps.ORD {
 			return rdma.ErrQueueFull
 		}
 		idx := (c.sqHead + c.sqLen) % len(c.sq)
 		e := &c.sq[idx]
 		sgl := append(e.sgl[:0], wr.Local...)
-		*e = sqEntry{wr: *wr, sgl: sgl, length: total}
+		*e = sqEntry{wr: *wr, sgl: sgl, length: total, seq: c.sqSeq}
+		c.sqSeq++
+		c.sqHeld++
 		e.wr.Local = nil
 		if wr.Op == rdma.OpRDMARead {
 			if len(sgl) > 0 {
@@ -330,9 +390,7 @@ func (c *conn) PostSend(wrs ...rdma.SendWR) error {
 				e.sinkSTag = m.stag
 				e.sinkTO = m.addr + uint64(sgl[0].Offset)
 			}
-			c.readsOut++
-			c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = idx
-			c.orqLen++
+			c.reads = append(c.reads, e.seq)
 		}
 		c.sqLen++
 		c.sqUntx++
@@ -352,13 +410,34 @@ func (c *conn) PostRecv(wrs ...rdma.RecvWR) error {
 		if err := c.checkSGE(wr.Local, true); err != nil {
 			return err
 		}
-		if c.rqLen >= len(c.rq) {
+		if c.rqHeld >= len(c.rq) {
 			return rdma.ErrQueueFull
 		}
 		c.rq[(c.rqHead+c.rqLen)%len(c.rq)] = wr
 		c.rqLen++
+		c.rqHeld++
 	}
 	return nil
+}
+
+// releaseLocked frees the queue slots of a polled completion: a receive
+// slot, or the send slots up to and including its work request (unsignaled
+// work before it holds its slot until then, as on verbs hardware).
+func (c *conn) releaseLocked(e cqEntry) {
+	if !e.send {
+		c.rqHeld--
+		return
+	}
+	if e.seq < c.released {
+		return
+	}
+	c.sqHeld -= int(e.seq + 1 - c.released)
+	c.released = e.seq + 1
+	i := 0
+	for i < len(c.reads) && c.reads[i] <= e.seq {
+		i++
+	}
+	c.reads = c.reads[:copy(c.reads, c.reads[i:])]
 }
 
 // Poll returns completions (see rdma.Conn).
@@ -369,7 +448,11 @@ func (c *conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 	for {
 		c.mu.Lock()
 		if len(c.cq) > 0 {
-			n := copy(out, c.cq)
+			n := min(len(out), len(c.cq))
+			for i, e := range c.cq[:n] {
+				out[i] = e.c
+				c.releaseLocked(e)
+			}
 			rest := copy(c.cq, c.cq[n:])
 			clear(c.cq[rest:])
 			c.cq = c.cq[:rest]

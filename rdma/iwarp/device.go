@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,15 @@ type Config struct {
 	// AcceptBacklog is how many handshaken connect requests may wait for
 	// Listener.Accept. Default 64.
 	AcceptBacklog int
+	// CompleteOnTransmit completes SEND and RDMA WRITE work as soon as its
+	// FPDUs are written to TCP, as Linux siw does. By default completion
+	// waits for proof that the peer processed the message: the response to
+	// a later RDMA Read, or to a zero-length Read Request (a completion
+	// fence) the writer adds after the last message of a batch. Then a
+	// completion means the data is placed at the peer, and a Terminate is
+	// reported on the work request that caused it
+	// (StatusRemoteAccess, ...). Fences need ORD > 0.
+	CompleteOnTransmit bool
 	// Defaults for QPConfig fields left zero.
 	SendDepth, RecvDepth, MaxSGE, IRD, ORD int
 }
@@ -301,12 +311,25 @@ func handshakeDeadline(ctx context.Context, timeout time.Duration) time.Time {
 	return dl
 }
 
+// ctxError returns ctx's error in place of err when the handshake failed
+// because ctx ended (its deadline doubles as the socket deadline, which may
+// fire a moment before ctx itself reports it).
+func ctxError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	if dl, ok := ctx.Deadline(); ok && errors.Is(err, os.ErrDeadlineExceeded) && !time.Now().Before(dl) {
+		return fmt.Errorf("%w (%v)", context.DeadlineExceeded, err)
+	}
+	return err
+}
+
 // readMPAFrame reads one MPA request or reply from r, refusing a PD_Length
 // over the RFC limit before reading it.
 func readMPAFrame(r io.Reader, wantReply bool) (mpaFrame, error) {
 	var h [mpaHeaderLen]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return mpaFrame{}, fmt.Errorf("%w: reading MPA header: %v", errHandshake, err)
+		return mpaFrame{}, fmt.Errorf("%w: reading MPA header: %w", errHandshake, err)
 	}
 	f, n, err := parseMPAHeader(h[:], wantReply)
 	if err != nil {
@@ -315,7 +338,7 @@ func readMPAFrame(r io.Reader, wantReply bool) (mpaFrame, error) {
 	b := make([]byte, mpaHeaderLen+n)
 	copy(b, h[:])
 	if _, err := io.ReadFull(r, b[mpaHeaderLen:]); err != nil {
-		return f, fmt.Errorf("%w: reading %d bytes of private data: %v", errHandshake, n, err)
+		return f, fmt.Errorf("%w: reading %d bytes of private data: %w", errHandshake, n, err)
 	}
 	return parseMPAFrame(b, wantReply)
 }
@@ -390,10 +413,7 @@ func (d *Device) clientHandshake(ctx context.Context, nc net.Conn, qcfg rdma.QPC
 	}
 	rep, err := readMPAFrame(nc, true)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, nil, ctx.Err()
-		}
-		return nil, nil, err
+		return nil, nil, ctxError(ctx, err)
 	}
 	w, enhanced, pd := rep.ulpPrivateData()
 	if rep.Reject {
@@ -408,10 +428,13 @@ func (d *Device) clientHandshake(ctx context.Context, nc net.Conn, qcfg rdma.QPC
 	caps := rdma.Caps{SendDepth: qcfg.SendDepth, RecvDepth: qcfg.RecvDepth, MaxSGE: qcfg.MaxSGE, IRD: qcfg.IRD, ORD: qcfg.ORD}
 	var rtr RTRType
 	if enhanced {
+		// RFC 6581 §5: our ORD is at most the responder's IRD; the
+		// responder's (negotiated) ORD is what we will see of Reads.
 		caps.ORD = min(qcfg.ORD, int(w.IRD))
 		if int(w.ORD) > qcfg.IRD {
 			return nil, nil, fmt.Errorf("%w: peer ORD %d exceeds our IRD %d", errHandshake, w.ORD, qcfg.IRD)
 		}
+		caps.IRD = int(w.ORD)
 		if offered.PeerToPeer {
 			switch {
 			case !w.PeerToPeer:

@@ -288,7 +288,10 @@ func (r *connRequest) Accept(ctx context.Context, qcfg rdma.QPConfig, privateDat
 	w := mpaV2Word{IRD: uint16(qcfg.IRD), ORD: uint16(qcfg.ORD)}
 	var rtr RTRType
 	if r.rev == 2 && r.enhanced {
+		// RFC 6581 §5: our ORD is cut to the initiator's IRD; the Reads we
+		// will see are bounded by the initiator's ORD (cut to our IRD).
 		caps.ORD = min(qcfg.ORD, int(r.word.IRD))
+		caps.IRD = min(qcfg.IRD, int(r.word.ORD))
 		w.ORD = uint16(caps.ORD)
 		if r.word.PeerToPeer && d.cfg.PeerToPeer {
 			w.PeerToPeer = true
@@ -316,10 +319,7 @@ func (r *connRequest) Accept(ctx context.Context, qcfg rdma.QPConfig, privateDat
 	if rtr != 0 {
 		if err := c.awaitRTR(rtr); err != nil {
 			nc.Close()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, err
+			return nil, ctxError(ctx, err)
 		}
 	}
 	nc.SetDeadline(time.Time{})

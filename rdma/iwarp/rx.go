@@ -41,8 +41,8 @@ func (c *conn) reader() {
 	for {
 		if err := c.readFPDU(); err != nil {
 			if !errors.Is(err, errTerminated) {
-				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-					err = fmt.Errorf("iwarp: peer closed the connection: %w", err)
+				if errors.Is(err, io.EOF) {
+					err = ErrPeerClosed
 				} else if !errors.Is(err, net.ErrClosed) {
 					err = fmt.Errorf("iwarp: connection lost: %w", err)
 				}
@@ -109,6 +109,7 @@ func (c *conn) readFPDU() error {
 	if _, err := io.ReadFull(c.br, hdr[:mpaLenSize+2]); err != nil {
 		return err
 	}
+	raceAcquire()
 	ulpdu := int(binary.BigEndian.Uint16(hdr))
 	h := parseControl(hdr[mpaLenSize:])
 	hl := h.hdrLen()
@@ -225,23 +226,40 @@ func (c *conn) rxWrite(h *ddpHeader, hl, n, pad int) error {
 
 // rxReadResponse places an RDMA Read Response segment into the oldest
 // outstanding Read's scatter list (RFC 5040 §5.2: responses come in request
-// order) and completes the Read on the last segment.
+// order) and completes the Read on the last segment. The response to a
+// completion fence confirms the send work before it.
 func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 	rx := &c.rx
+	if rx.rtrRead {
+		// The first Read Response answers our peer-to-peer RTR.
+		if n != 0 || !h.Last {
+			return c.reject(c.violation(LayerLLP, LLPTypeMPA, LLPNoMatchingRTR, hl, "%d-byte response to the RTR Read", n), n+pad)
+		}
+		rx.rtrRead = false
+		return c.place(nil, pad)
+	}
 	c.mu.Lock()
+	var oe orqEntry
 	var e *sqEntry
-	if c.orqLen > 0 {
-		e = &c.sq[c.orq[c.orqHead]]
+	ok := c.orqLen > 0
+	if ok {
+		oe = c.orq[c.orqHead]
+		if !oe.fence {
+			e = &c.sq[oe.idx]
+		}
 	}
 	c.mu.Unlock()
-	if e == nil {
-		if rx.rtrRead && n == 0 && h.Last {
-			rx.rtrRead = false
-			return c.place(nil, pad)
-		}
+	if !ok {
 		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPUnexpectedOpcode, hl, "Read Response with no Read outstanding"), n+pad)
 	}
-	if n > 0 || e.length > 0 {
+	if e == nil {
+		if n != 0 {
+			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTBaseBounds, hl, "%d bytes in the response to a zero-length Read", n), n+pad)
+		}
+		if err := c.place(nil, pad); err != nil {
+			return err
+		}
+	} else if n > 0 || e.length > 0 {
 		if h.STag != e.sinkSTag {
 			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTInvalidSTag, hl, "Read Response to STag %#x, sink STag %#x", h.STag, e.sinkSTag), n+pad)
 		}
@@ -256,19 +274,25 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 	} else if err := c.place(nil, pad); err != nil {
 		return err
 	}
-	if h.Last {
-		c.mu.Lock()
-		if c.err == nil {
-			c.orqHead = (c.orqHead + 1) % len(c.orq)
-			c.orqLen--
-			c.readsOut--
+	if !h.Last {
+		return nil
+	}
+	c.mu.Lock()
+	if c.err == nil {
+		c.orqHead = (c.orqHead + 1) % len(c.orq)
+		c.orqLen--
+		bound := oe.upTo
+		if e != nil {
 			e.state = sqDone
 			e.length = min(e.length, e.placed)
-			c.advanceSQLocked()
+			bound = e.seq
 		}
-		c.mu.Unlock()
-		e.placed = 0
+		c.confirmLocked(bound)
+		c.advanceSQLocked()
 	}
+	c.mu.Unlock()
+	// A Read may wait for ORD, or send work for its fence.
+	c.kickWriter()
 	return nil
 }
 
@@ -335,7 +359,9 @@ func (c *conn) rxSend(h *ddpHeader, hl, n, pad int) error {
 		rx.curBuf = rx.cur.Local.Bytes()
 	}
 	if n > len(rx.curBuf)-rx.got {
-		return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUMessageTooLong, hl, "%d bytes at MO %d into a %d-byte buffer", n, h.MO, len(rx.curBuf)), rest)
+		t := c.violation(LayerDDP, DDPUntaggedBuffer, DDPUMessageTooLong, hl, "%d bytes at MO %d into a %d-byte buffer", n, h.MO, len(rx.curBuf))
+		t.recvStatus = rdma.StatusLocalLength
+		return c.reject(t, rest)
 	}
 	if err := c.place(rx.curBuf[rx.got:rx.got+n], pad); err != nil {
 		return err
@@ -357,7 +383,7 @@ func (c *conn) rxSend(h *ddpHeader, hl, n, pad int) error {
 	c.mu.Lock()
 	if c.err == nil {
 		c.rxBusy = false
-		c.cq = append(c.cq, comp)
+		c.cq = append(c.cq, cqEntry{c: comp})
 	}
 	c.mu.Unlock()
 	c.kickPoller()
@@ -391,9 +417,9 @@ func (c *conn) rxReadRequest(h *ddpHeader, hl, n, pad int) error {
 		return err
 	}
 	c.mu.Lock()
-	if c.irqLen >= c.caps.IRD {
+	if c.irqLen >= c.irdLimit {
 		c.mu.Unlock()
-		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPCatastrophicStream, hl, "more than IRD %d Read Requests outstanding", c.caps.IRD), -1)
+		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPCatastrophicStream, hl, "more than IRD %d Read Requests outstanding", c.irdLimit), -1)
 	}
 	if c.err == nil {
 		c.irq[(c.irqHead+c.irqLen)%len(c.irq)] = inboundRead{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, data: data}
@@ -416,6 +442,92 @@ func (c *conn) rxTerminate(h *ddpHeader, hl, n, pad int) error {
 	if err != nil {
 		te = &rdma.TerminateError{Layer: LayerRDMAP, Type: RDMAPRemoteOperation, Code: RDMAPUnspecified, Detail: err.Error()}
 	}
+	c.attribute(te, body)
 	c.fail(te, nil)
 	return errTerminated
+}
+
+// termStatus maps a peer's Terminate to the status of the work request that
+// caused it (the verbs statuses of an iWARP QP's send queue).
+func termStatus(te *rdma.TerminateError) rdma.Status {
+	switch {
+	case te.Layer == LayerDDP && te.Type == DDPTaggedBuffer,
+		te.Layer == LayerRDMAP && te.Type == RDMAPRemoteProtection:
+		return rdma.StatusRemoteAccess
+	case te.Layer == LayerDDP && te.Type == DDPUntaggedBuffer && te.Code == DDPUNoBuffer:
+		return rdma.StatusRNRRetryExceeded
+	case te.Layer == LayerDDP && te.Type == DDPUntaggedBuffer:
+		return rdma.StatusRemoteInvalidRequest
+	}
+	return rdma.StatusRemoteOperation
+}
+
+// attribute finds the send work request a peer's Terminate is about, from
+// the terminated header it copies (RFC 5040 §4.8): an RDMA Write by STag and
+// TO, a Send or RDMA Read Request by MSN; failing that, the oldest work
+// request transmitted and not complete. That request completes with the
+// Terminate's status, unconfirmed work before it succeeded (the peer
+// processes in order), the rest flushes.
+func (c *conn) attribute(te *rdma.TerminateError, body []byte) {
+	var ctl ddpHeader
+	known := false
+	if len(body) >= termCtrlLen+mpaLenSize+2 && body[2]&termFlagD != 0 {
+		if h, err := parseDDPHeader(body[termCtrlLen+mpaLenSize:]); err == nil {
+			ctl, known = h, true
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return
+	}
+	match := -1
+	first := -1
+	for i := 0; i < c.sqLen; i++ {
+		idx := (c.sqHead + i) % len(c.sq)
+		e := &c.sq[idx]
+		if e.state == sqDone {
+			continue
+		}
+		if e.seq >= c.txSeq {
+			break // not transmitted
+		}
+		if first < 0 {
+			first = i
+		}
+		if !known {
+			break
+		}
+		switch {
+		case ctl.Tagged && ctl.Opcode == opRDMAWrite && e.wr.Op == rdma.OpRDMAWrite:
+			if e.wr.Remote.RKey == ctl.STag && ctl.TO >= e.wr.Remote.Addr && ctl.TO-e.wr.Remote.Addr <= uint64(e.length) {
+				match = i
+			}
+		case !ctl.Tagged && ctl.QN == qnSend && (e.wr.Op == rdma.OpSend || e.wr.Op == rdma.OpSendInvalidate):
+			if e.msn == ctl.MSN {
+				match = i
+			}
+		case !ctl.Tagged && ctl.QN == qnReadReq && e.wr.Op == rdma.OpRDMARead:
+			if e.msn == ctl.MSN {
+				match = i
+			}
+		}
+		if match >= 0 {
+			break
+		}
+	}
+	if match < 0 {
+		match = first
+	}
+	if match < 0 {
+		return
+	}
+	for i := 0; i < match; i++ {
+		e := &c.sq[(c.sqHead+i)%len(c.sq)]
+		if e.state != sqDone && e.wr.Op != rdma.OpRDMARead {
+			e.state = sqDone
+		}
+	}
+	e := &c.sq[(c.sqHead+match)%len(c.sq)]
+	e.state, e.status, e.err = sqDone, termStatus(te), te
 }

@@ -86,6 +86,9 @@ type termInfo struct {
 	Hdr []byte
 	// RDMAHdr says Hdr includes the RDMA Read Request header (R flag).
 	RDMAHdr bool
+	// recvStatus, when not success, completes the receive the offending
+	// Send consumed (e.g. StatusLocalLength) instead of StatusFlushed.
+	recvStatus rdma.Status
 }
 
 func (t *termInfo) err(local bool) *rdma.TerminateError {

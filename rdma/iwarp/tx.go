@@ -53,6 +53,7 @@ func (t *txState) flush() {
 		t.reset()
 		return
 	}
+	raceRelease()
 	bufs := net.Buffers(t.iov)
 	_, err := bufs.WriteTo(t.w)
 	if err != nil {
@@ -151,8 +152,7 @@ func (t *txState) emitSend(e *sqEntry) {
 	if e.wr.Solicited {
 		op += opSendSE - opSend // 3->5, 4->6
 	}
-	msn := t.msn[qnSend]
-	t.msn[qnSend]++
+	msn := e.msn
 	cur := sglCursor{sgl: e.sgl}
 	for off := 0; ; {
 		n := min(e.length-off, t.c.maxPayload)
@@ -194,14 +194,10 @@ func (t *txState) emitTagged(op uint8, stag uint32, to uint64, sgl []rdma.SGE, d
 
 // emitReadRequest sends an RDMA Read Request (RFC 5040 §4.4): untagged
 // queue 1, a single segment.
-func (t *txState) emitReadRequest(e *sqEntry) {
+func (t *txState) emitReadRequest(msn uint32, r readRequest) {
 	h := t.begin(readReqHdrLen, 0)
-	putUntagged(h, true, opReadRequest, 0, qnReadReq, t.msn[qnReadReq], 0)
-	t.msn[qnReadReq]++
-	putReadRequest(h[ddpUntaggedHdrLen:], readRequest{
-		SinkSTag: e.sinkSTag, SinkTO: e.sinkTO, Size: uint32(e.length),
-		SourceSTag: e.wr.Remote.RKey, SourceTO: e.wr.Remote.Addr,
-	})
+	putUntagged(h, true, opReadRequest, 0, qnReadReq, msn, 0)
+	putReadRequest(h[ddpUntaggedHdrLen:], r)
 	t.end()
 }
 
@@ -246,13 +242,38 @@ func (c *conn) writer() {
 				c.irqTx++
 			}
 			t.takeSQ = t.takeSQ[:0]
+		take:
 			for c.sqUntx > 0 && len(t.takeSQ) < txMaxWRs {
+				e := &c.sq[c.sqNext]
+				switch e.wr.Op {
+				case rdma.OpRDMARead:
+					if c.orqLen >= c.caps.ORD {
+						break take // ORD reached (fences count): wait for a response
+					}
+					e.msn = t.msn[qnReadReq]
+					t.msn[qnReadReq]++
+					c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = orqEntry{idx: c.sqNext}
+					c.orqLen++
+					c.fenced = e.seq + 1
+				case rdma.OpSend, rdma.OpSendInvalidate:
+					e.msn = t.msn[qnSend]
+					t.msn[qnSend]++
+				}
 				t.takeSQ = append(t.takeSQ, c.sqNext)
+				c.txSeq = e.seq + 1
 				c.sqNext = (c.sqNext + 1) % len(c.sq)
 				c.sqUntx--
 			}
+			fenceMSN := uint32(0)
+			if c.confirm && c.txSeq > c.fenced && c.orqLen < c.caps.ORD {
+				fenceMSN = t.msn[qnReadReq]
+				t.msn[qnReadReq]++
+				c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = orqEntry{idx: -1, fence: true, upTo: c.txSeq}
+				c.orqLen++
+				c.fenced = c.txSeq
+			}
 			c.mu.Unlock()
-			if len(t.takeIRQ) == 0 && len(t.takeSQ) == 0 {
+			if len(t.takeIRQ) == 0 && len(t.takeSQ) == 0 && fenceMSN == 0 {
 				break
 			}
 			// The entries taken are stable until they complete, and they
@@ -270,8 +291,14 @@ func (c *conn) writer() {
 				case rdma.OpRDMAWrite:
 					t.emitTagged(opRDMAWrite, e.wr.Remote.RKey, e.wr.Remote.Addr, e.sgl, nil, e.length)
 				case rdma.OpRDMARead:
-					t.emitReadRequest(e)
+					t.emitReadRequest(e.msn, readRequest{
+						SinkSTag: e.sinkSTag, SinkTO: e.sinkTO, Size: uint32(e.length),
+						SourceSTag: e.wr.Remote.RKey, SourceTO: e.wr.Remote.Addr,
+					})
 				}
+			}
+			if fenceMSN != 0 {
+				t.emitReadRequest(fenceMSN, readRequest{})
 			}
 			t.flush()
 			if t.err != nil {
@@ -289,10 +316,13 @@ func (c *conn) writer() {
 				for _, i := range t.takeSQ {
 					e := &c.sq[i]
 					e.sent = true
-					if e.wr.Op != rdma.OpRDMARead {
-						e.state = sqDone
-					} else if e.state == sqQueued {
+					if e.state != sqQueued {
+						continue // already confirmed or answered
+					}
+					if e.wr.Op == rdma.OpRDMARead || c.confirm {
 						e.state = sqSent
+					} else {
+						e.state = sqDone
 					}
 				}
 				c.advanceSQLocked()

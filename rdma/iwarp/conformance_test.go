@@ -1,0 +1,28 @@
+package iwarp
+
+import (
+	"testing"
+
+	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/rdma/rdmatest"
+)
+
+// TestConformance runs the provider suite with MPA revision 2 (revision 1
+// has no IRD/ORD exchange, so the suite's ORD <= peer IRD check cannot hold;
+// revision 1 is covered by the tests of this package).
+func TestConformance(t *testing.T) {
+	for _, v := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"v2", Config{}},
+		{"v2-crc", Config{CRC: true, MaxFPDUPayload: 4096}},
+		{"v2-p2p", Config{PeerToPeer: true}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			rdmatest.Run(t, func(tb testing.TB) (a, b rdma.Device, addr string) {
+				return NewDevice(v.cfg), NewDevice(v.cfg), "127.0.0.1:0"
+			})
+		})
+	}
+}
