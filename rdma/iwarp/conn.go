@@ -74,9 +74,9 @@ type conn struct {
 	mu       sync.Mutex
 	sq       []sqEntry // ring, SendDepth entries
 	sqHead   int
-	sqLen    int // entries posted and not completed
-	sqNext   int // ring index of the next entry to transmit
-	sqUntx   int // entries not yet taken by the writer
+	sqLen    int      // entries posted and not completed
+	sqNext   int      // ring index of the next entry to transmit
+	sqUntx   int      // entries not yet taken by the writer
 	sqSeq    uint64   // sequence number of the next send work request
 	sqHeld   int      // send slots held: posted and completion not yet polled
 	released uint64   // send work with seq below this has released its slot
@@ -89,9 +89,9 @@ type conn struct {
 	orqLen  int
 	// confirm: SEND and RDMA WRITE complete only once a later Read
 	// Response proves the peer processed them (see Config.CompleteOnTransmit).
-	confirm bool
-	txSeq   uint64 // seq+1 of the last send work request taken for transmission
-	fenced  uint64 // txSeq covered by the last Read (user's or fence) sent
+	confirm  bool
+	txSeq    uint64        // seq+1 of the last send work request taken for transmission
+	fenced   uint64        // txSeq covered by the last Read (user's or fence) sent
 	rq       []rdma.RecvWR // ring, RecvDepth entries
 	rqHead   int
 	rqLen    int
@@ -141,7 +141,7 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, caps rdma.Caps, crc bool) 
 		orq: make([]orqEntry, max(caps.ORD, 1)),
 		// Fences need a Read slot at the peer.
 		confirm: !d.cfg.CompleteOnTransmit && caps.ORD > 0,
-		rq:  make([]rdma.RecvWR, q.RecvDepth),
+		rq:      make([]rdma.RecvWR, q.RecvDepth),
 		// One more than IRD: the RTR Read in peer-to-peer mode.
 		irq:    make([]inboundRead, q.IRD+1),
 		txWake: make(chan struct{}, 1),
