@@ -562,7 +562,8 @@ func execGetLBAStatus(c *cmdCtx) failure {
 	}
 	pos := lba
 	for pos < blocks && len(ds) < maxD {
-		if lu.allocStat == nil {
+		if lu.allocStat == nil || lu.unmapper == nil {
+			// Without logical block provisioning every LBA is mapped.
 			add(pos, min(blocks, pos+0xFFFFFFFF), lbaMapped)
 			break
 		}
