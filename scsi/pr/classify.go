@@ -13,8 +13,11 @@ const (
 	// RO and AR types for unregistered nexuses only.
 	ClassWrite Class = iota
 	// ClassRead: media-access read class (READ, VERIFY, PRE-FETCH, GET LBA
-	// STATUS, ...) and the SPC-4 commands that table 45 lets through Write
-	// Exclusive (MODE SENSE, READ BUFFER, ...). Conflicts under an SPC-2
+	// STATUS, READ DEFECT DATA, ...) and the SPC-4 commands that table 45
+	// lets through Write Exclusive (MODE SENSE, READ ATTRIBUTE, READ BUFFER,
+	// RECEIVE DIAGNOSTIC RESULTS, REPORT SUPPORTED OPERATION CODES, REPORT
+	// SUPPORTED TASK MANAGEMENT FUNCTIONS, MANAGEMENT PROTOCOL IN, SECURITY
+	// PROTOCOL IN; REPORT CAPABILITIES ALLOW COMMANDS=011b). Conflicts under an SPC-2
 	// reservation of another nexus; under EX_AC for every non-holder; under
 	// EX_AC_RO and EX_AC_AR for unregistered nexuses; never under WR_EX,
 	// WR_EX_RO, WR_EX_AR.
@@ -105,7 +108,6 @@ func Classify(cdb []byte) Class {
 		0x3C, 0x9B, // READ BUFFER(10), (16)
 		0x8C, // READ ATTRIBUTE
 		0x1C, // RECEIVE DIAGNOSTIC RESULTS
-		0x84, // RECEIVE COPY RESULTS
 		0xA2: // SECURITY PROTOCOL IN
 		return ClassRead
 	case 0x9E: // SERVICE ACTION IN(16)

@@ -45,6 +45,7 @@ func TestClassify(t *testing.T) {
 		{"COMPARE AND WRITE", make16(0x89, 0), ClassWrite},
 		{"MODE SELECT(10)", []byte{0x55, 0x10, 0, 0, 0, 0, 0, 0, 24, 0}, ClassWrite},
 		{"READ LONG(16)", make16(0x9E, 0x11), ClassWrite},
+		{"RECEIVE COPY RESULTS", make16(0x84, 0), ClassWrite},
 		{"FORMAT UNIT", []byte{0x04, 0, 0, 0, 0, 0}, ClassWrite},
 		{"unknown opcode", []byte{0xC0, 0, 0, 0, 0, 0}, ClassWrite},
 		{"empty", nil, ClassWrite},

@@ -25,7 +25,7 @@ func FuzzParseParams(f *testing.F) {
 			t.Fatal("keys misread")
 		}
 		if cdb[1]&0x1f == OutRegisterAndMove {
-			if 24+len(p.TransportID) != pll || int(binary.BigEndian.Uint32(param[20:])) != len(p.TransportID) {
+			if 24+len(p.TransportID) > pll || int(binary.BigEndian.Uint32(param[20:])) != len(p.TransportID) || len(p.TransportID)%4 != 0 || len(p.TransportID) < 24 {
 				t.Fatalf("TransportID of %d bytes in a list of %d", len(p.TransportID), pll)
 			}
 		} else if pll != 24 || param[20]&0x08 != 0 {

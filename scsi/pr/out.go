@@ -34,8 +34,11 @@ type Params struct {
 //     bit 3;
 //   - other service actions: a length other than 24 is a PARAMETER LIST
 //     LENGTH ERROR;
-//   - REGISTER AND MOVE: a length other than 24 + TRANSPORTID PARAMETER DATA
-//     LENGTH is a PARAMETER LIST LENGTH ERROR.
+//   - REGISTER AND MOVE: a length below 24 + TRANSPORTID PARAMETER DATA
+//     LENGTH is a PARAMETER LIST LENGTH ERROR (bytes past the TransportID
+//     are ignored); a TRANSPORTID PARAMETER DATA LENGTH below 24 or not a
+//     multiple of 4 is an INVALID FIELD IN PARAMETER LIST, byte 20 (SPC-4
+//     §6.16.4).
 //
 // cdb must be at least 10 bytes (else INVALID FIELD IN CDB). ParseParams
 // never panics.
@@ -67,10 +70,13 @@ func ParseParams(cdb, param []byte) (Params, Outcome) {
 	p.APTPL = b[17]&0x01 != 0
 	p.RelativeTargetPort = binary.BigEndian.Uint16(b[18:])
 	tidLen := uint64(binary.BigEndian.Uint32(b[20:]))
-	if 24+tidLen != pll {
+	if 24+tidLen > pll {
 		return p, outcome(ParamListLengthError)
 	}
-	p.TransportID = b[24:]
+	if tidLen < 24 || tidLen%4 != 0 {
+		return p, badParamByte(20)
+	}
+	p.TransportID = b[24 : 24+tidLen]
 	return p, good
 }
 

@@ -390,6 +390,16 @@ func TestRegisterAndMove(t *testing.T) {
 			t.Errorf("D's descriptor % x", d)
 		}
 	})
+	t.Run("bytes past the TransportID are ignored", func(t *testing.T) {
+		f := setup(t, Config{}, WriteExclusive)
+		param := append(moveParams(0xA, 0xD, 0, 1, tid(iD)), 0xFF, 0xFF, 0xFF, 0xFF)
+		if _, o := f.s.Out(nA, outCDB(OutRegisterAndMove, 0, uint32(len(param))), param); !o.OK() {
+			t.Fatal(o)
+		}
+		if key, _, _ := f.resv(); key != 0xD {
+			t.Errorf("holder key %#x", key)
+		}
+	})
 	t.Run("unreg", func(t *testing.T) {
 		f := setup(t, Config{}, ExclusiveAccess)
 		if o := move(f, nA, 0xA, 0xBB, 0x02, 1, tid(iB)); !o.OK() {
@@ -475,7 +485,8 @@ func TestParameterListErrors(t *testing.T) {
 		{"unknown service action", outCDB(0x08, 0, 24), basic(0, 1, 0), badCDB(1, 4)},
 		{"short CDB", outCDB(OutRegister, 0, 24)[:6], basic(0, 1, 0), badCDB(0, 7)},
 		{"move: length short of TransportID", outCDB(OutRegisterAndMove, 0, 40), moveParams(0, 1, 0, 1, tid(iB))[:40], pll},
-		{"move: length past TransportID", outCDB(OutRegisterAndMove, 0, 52), append(moveParams(0, 1, 0, 1, tid(iB)), 0, 0, 0, 0), pll},
+		{"move: TransportID length 20", outCDB(OutRegisterAndMove, 0, 44), moveParams(0, 1, 0, 1, tid(iB)[:20]), badParamByte(20)},
+		{"move: TransportID length 26", outCDB(OutRegisterAndMove, 0, 50), moveParams(0, 1, 0, 1, append(tid(iB), 0, 0)), badParamByte(20)},
 	} {
 		if _, o := f.s.Out(nA, tc.cdb, tc.param); o != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, o, tc.want)
