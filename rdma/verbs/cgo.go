@@ -701,8 +701,8 @@ func (d *Device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 		C.rdma_destroy_id(id)
 		return nil, fmt.Errorf("verbs: listen on %s: %w", addr, syscall.Errno(rc))
 	}
-	tcp, _ := net.ResolveTCPAddr("tcp", addr)
-	l.addr = tcp
+	// The bound address, with the port RDMA/CM chose when addr asked for 0.
+	l.addr = sockAddr(C.rdma_get_local_addr(id))
 	d.mu.Lock()
 	d.lns[l] = struct{}{}
 	d.mu.Unlock()
