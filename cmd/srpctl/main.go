@@ -20,6 +20,7 @@ func main() {
 	}
 	root.AddCommand(
 		newDecodeCmd(),
+		newLoginCmd(), newLUNsCmd(), newInquiryCmd(), newReadcapCmd(), newSCSICmd(), newReadCmd(), newWriteCmd(), newTMFCmd(), newBenchCmd(), newAttachCmd(),
 	)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "srpctl:", err)

@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gosrp/gosrp/srp/initiator"
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/spf13/cobra"
+)
+
+// lunFile is one LUN exposed as a regular file: reads and writes become
+// READ(16)/WRITE(16), fsync becomes SYNCHRONIZE CACHE, and writes through a
+// handle opened O_SYNC/O_DSYNC carry FUA.
+type lunFile struct {
+	fs.Inode
+	s     *conn
+	lun   uint64
+	capy  initiator.Capacity
+	maxIO int        // bytes per command (max_sect)
+	rmw   sync.Mutex // serialises read-modify-write of partial blocks
+}
+
+type lunHandle struct{ fua bool }
+
+var (
+	_ fs.NodeOpener    = (*lunFile)(nil)
+	_ fs.NodeReader    = (*lunFile)(nil)
+	_ fs.NodeWriter    = (*lunFile)(nil)
+	_ fs.NodeFsyncer   = (*lunFile)(nil)
+	_ fs.NodeGetattrer = (*lunFile)(nil)
+	_ fs.NodeSetattrer = (*lunFile)(nil)
+	_ fs.NodeFlusher   = (*lunFile)(nil)
+)
+
+func (f *lunFile) size() int64 { return int64(f.capy.Bytes()) }
+
+func (f *lunFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	h := &lunHandle{fua: flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0}
+	var ff uint32
+	if flags&syscall.O_DIRECT != 0 {
+		// O_DIRECT: bypass the page cache so each write reaches the target.
+		ff |= fuse.FOPEN_DIRECT_IO
+	}
+	return h, ff, 0
+}
+
+func (f *lunFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o600
+	out.Size = uint64(f.size())
+	out.Blksize = f.capy.BlockSize
+	out.Blocks = out.Size / 512
+	out.Nlink = 1
+	out.Uid, out.Gid = uint32(os.Getuid()), uint32(os.Getgid())
+	return 0
+}
+
+func (f *lunFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok && int64(sz) != f.size() {
+		return syscall.EINVAL // a LUN cannot be resized from here
+	}
+	return f.Getattr(ctx, fh, out)
+}
+
+func (f *lunFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
+
+func (f *lunFile) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	return errno(f.s.SynchronizeCache(ctx, f.lun))
+}
+
+func errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "srpctl attach:", err)
+	if initiator.IsSense(err, initiator.SenseDataProtect, 0x27, 0) {
+		return syscall.EROFS
+	}
+	if initiator.IsSense(err, initiator.SenseIllegalRequest, 0x21, 0) {
+		return syscall.ENOSPC
+	}
+	return syscall.EIO
+}
+
+// io moves whole blocks [lba, lba+len(buf)/bs) in max_sect-sized commands.
+func (f *lunFile) io(ctx context.Context, write bool, lba uint64, buf []byte, fua bool) error {
+	bs := int(f.capy.BlockSize)
+	for len(buf) > 0 {
+		n := min(len(buf), f.maxIO)
+		var err error
+		if write {
+			err = f.s.Write16(ctx, f.lun, lba, buf[:n], bs, fua)
+		} else {
+			err = f.s.Read16(ctx, f.lun, lba, buf[:n], bs, false)
+		}
+		if err != nil {
+			return err
+		}
+		buf = buf[n:]
+		lba += uint64(n / bs)
+	}
+	return nil
+}
+
+func (f *lunFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off >= f.size() {
+		return fuse.ReadResultData(nil), 0
+	}
+	end := min(off+int64(len(dest)), f.size())
+	bs := int64(f.capy.BlockSize)
+	first, last := off/bs, (end+bs-1)/bs
+	if off%bs == 0 && end%bs == 0 {
+		if err := f.io(ctx, false, uint64(first), dest[:end-off], false); err != nil {
+			return nil, errno(err)
+		}
+		return fuse.ReadResultData(dest[:end-off]), 0
+	}
+	buf := make([]byte, (last-first)*bs)
+	if err := f.io(ctx, false, uint64(first), buf, false); err != nil {
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(buf[off-first*bs : end-first*bs]), 0
+}
+
+func (f *lunFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	fua := false
+	if h, ok := fh.(*lunHandle); ok {
+		fua = h.fua
+	}
+	if off >= f.size() && len(data) > 0 {
+		return 0, syscall.ENOSPC
+	}
+	end := min(off+int64(len(data)), f.size())
+	bs := int64(f.capy.BlockSize)
+	if off%bs == 0 && end%bs == 0 {
+		if err := f.io(ctx, true, uint64(off/bs), data[:end-off], fua); err != nil {
+			return 0, errno(err)
+		}
+		return uint32(end - off), 0
+	}
+	// Partial blocks: read, merge, write back under the RMW lock.
+	f.rmw.Lock()
+	defer f.rmw.Unlock()
+	first, last := off/bs, (end+bs-1)/bs
+	buf := make([]byte, (last-first)*bs)
+	if err := f.io(ctx, false, uint64(first), buf, false); err != nil {
+		return 0, errno(err)
+	}
+	copy(buf[off-first*bs:], data[:end-off])
+	if err := f.io(ctx, true, uint64(first), buf, fua); err != nil {
+		return 0, errno(err)
+	}
+	return uint32(end - off), 0
+}
+
+// lunDir is the mount's root: one file lun<N> per LUN.
+type lunDir struct {
+	fs.Inode
+	files map[string]*lunFile
+}
+
+func (d *lunDir) OnAdd(ctx context.Context) {
+	for name, f := range d.files {
+		ch := d.NewPersistentInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG})
+		d.AddChild(name, ch, false)
+	}
+}
+
+var _ fs.NodeOnAdder = (*lunDir)(nil)
+
+func newAttachCmd() *cobra.Command {
+	var tf targetFlags
+	var allowOther, debug bool
+	c := &cobra.Command{
+		Use:   "attach TARGET MOUNTPOINT",
+		Short: "expose each LUN as MOUNTPOINT/lun<N> through FUSE (use with losetup); detaches on SIGINT/SIGTERM",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if tf.reconnectDelay == 0 {
+				// A mounted LUN should ride out a target restart quickly.
+				tf.reconnectDelay = time.Second
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			s, err := tf.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			luns, err := s.ReportLUNs(ctx)
+			if err != nil {
+				return err
+			}
+			root := &lunDir{files: map[string]*lunFile{}}
+			for _, l := range luns {
+				capy, err := s.ReadCapacity16(ctx, l)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "srpctl attach: lun %d: %v (skipped)\n", initiator.LUNNumber(l), err)
+					continue
+				}
+				maxIO := s.Options().MaxSect * 512 / int(capy.BlockSize) * int(capy.BlockSize)
+				root.files[fmt.Sprintf("lun%d", initiator.LUNNumber(l))] = &lunFile{s: s, lun: l, capy: capy, maxIO: maxIO}
+			}
+			if len(root.files) == 0 {
+				return fmt.Errorf("target reports no usable LUNs")
+			}
+			sec := time.Second
+			srv, err := fs.Mount(args[1], root, &fs.Options{
+				AttrTimeout: &sec, EntryTimeout: &sec,
+				MountOptions: fuse.MountOptions{
+					FsName: "srp", Name: "srpctl", AllowOther: allowOther, DirectMount: true,
+					MaxWrite: 1 << 20, Debug: debug,
+				},
+			})
+			if err != nil {
+				return fmt.Errorf("mount %s: %w", args[1], err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "attached %d LUN(s) at %s\n", len(root.files), args[1])
+			sigs := make(chan os.Signal, 2)
+			signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			served := make(chan struct{})
+			go func() { srv.Wait(); close(served) }()
+			for {
+				select {
+				case <-served:
+					return nil
+				case sig := <-sigs:
+					if err := srv.Unmount(); err != nil {
+						fmt.Fprintf(os.Stderr, "srpctl attach: %v: unmount %s: %v (detach loop devices and retry)\n", sig, args[1], err)
+						continue
+					}
+					<-served
+					fmt.Fprintf(cmd.OutOrStdout(), "detached %s\n", args[1])
+					return nil
+				}
+			}
+		},
+	}
+	addTargetFlags(c, &tf, false)
+	c.Args = cobra.ExactArgs(2)
+	c.Flags().BoolVar(&allowOther, "allow-other", false, "let other users open the LUN files (FUSE allow_other)")
+	c.Flags().BoolVar(&debug, "fuse-debug", false, "log FUSE requests")
+	return c
+}

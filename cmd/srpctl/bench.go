@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gosrp/gosrp/srp/initiator"
+	"github.com/spf13/cobra"
+)
+
+// benchResult is one bench run's outcome (--json prints it).
+type benchResult struct {
+	Job        string  `json:"job"`
+	RW         string  `json:"rw"`
+	BlockSize  int     `json:"bs"`
+	QueueDepth int     `json:"iodepth"`
+	Channels   int     `json:"channels"`
+	Runtime    float64 `json:"runtime_s"`
+	IOs        int64   `json:"ios"`
+	Errors     int64   `json:"errors"`
+	IOPS       float64 `json:"iops"`
+	MiBps      float64 `json:"mib_per_s"`
+	LatMeanUs  float64 `json:"lat_mean_us"`
+	LatP50Us   float64 `json:"lat_p50_us"`
+	LatP99Us   float64 `json:"lat_p99_us"`
+	LatP999Us  float64 `json:"lat_p99_9_us"`
+	LatMaxUs   float64 `json:"lat_max_us"`
+}
+
+func parseSize(s string) (int64, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suf string
+		m   int64
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"b", 1}} {
+		if strings.HasSuffix(s, u.suf) {
+			s, mult = strings.TrimSuffix(s, u.suf), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional k/m/g suffix", s)
+	}
+	return n * mult, nil
+}
+
+func newBenchCmd() *cobra.Command {
+	var tf targetFlags
+	var rw, bsStr, sizeStr string
+	var qd, channels, rwmix int
+	var runtime time.Duration
+	var asJSON, fua bool
+	c := &cobra.Command{
+		Use:   "bench TARGET",
+		Short: "fio-like benchmark: random/sequential read/write, prints IOPS, bandwidth and latency percentiles",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			bs64, err := parseSize(bsStr)
+			if err != nil {
+				return err
+			}
+			bs := int(bs64)
+			switch rw {
+			case "read", "write", "randread", "randwrite", "randrw", "rw":
+			default:
+				return fmt.Errorf("--rw %q: read, write, randread, randwrite, rw or randrw", rw)
+			}
+			o, err := tf.options(args[0])
+			if err != nil {
+				return err
+			}
+			if channels > 0 {
+				o.ChCount = channels
+			}
+			// Enough IUs per channel for the queue depth (can_queue is
+			// queue_size - 2); the target's req_lim may still cap it.
+			nch := max(o.ChCount, 1)
+			if need := (qd+nch-1)/nch + 2; o.QueueSize < need {
+				o.QueueSize = max(need, initiator.DefaultQueueSize)
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			s, err := tf.connectOptions(ctx, o)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			capy, err := s.ReadCapacity16(ctx, s.lun)
+			if err != nil {
+				return err
+			}
+			bsz := int(capy.BlockSize)
+			if bs%bsz != 0 || bs == 0 {
+				return fmt.Errorf("--bs %d is not a multiple of the %d-byte block", bs, bsz)
+			}
+			region := int64(capy.Bytes())
+			if sizeStr != "" {
+				sz, err := parseSize(sizeStr)
+				if err != nil {
+					return err
+				}
+				region = min(region, sz)
+			}
+			nblk := uint64(region) / uint64(bs) // bs-sized slots
+			if nblk == 0 {
+				return fmt.Errorf("region of %d bytes smaller than --bs %d", region, bs)
+			}
+			res := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua)
+			res.Channels = s.Options().ChCount
+			res.Job = fmt.Sprintf("%s-%s", rw, strings.ToLower(bsStr))
+			w := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			fmt.Fprintf(w, "%s: bs=%d iodepth=%d channels=%d runtime=%.1fs\n", res.Job, bs, qd, res.Channels, res.Runtime)
+			fmt.Fprintf(w, "  IOPS=%.0f, BW=%.1f MiB/s, ios=%d, errors=%d\n", res.IOPS, res.MiBps, res.IOs, res.Errors)
+			fmt.Fprintf(w, "  lat (us): mean=%.1f p50=%.1f p99=%.1f p99.9=%.1f max=%.1f\n", res.LatMeanUs, res.LatP50Us, res.LatP99Us, res.LatP999Us, res.LatMaxUs)
+			if res.Errors > 0 {
+				return fmt.Errorf("%d I/O errors", res.Errors)
+			}
+			return nil
+		},
+	}
+	addTargetFlags(c, &tf, true)
+	f := c.Flags()
+	f.StringVar(&rw, "rw", "randread", "read, write, randread, randwrite, rw, randrw")
+	f.StringVar(&bsStr, "bs", "4k", "block size per I/O")
+	f.StringVar(&sizeStr, "size", "", "region of the LUN to use (default all)")
+	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth)")
+	f.IntVar(&channels, "channels", 0, "RDMA channels (overrides ch_count)")
+	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")
+	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long to run")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&fua, "fua", false, "set FUA on writes")
+	return c
+}
+
+func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, nslots uint64, runtime time.Duration, fua bool) benchResult {
+	ctx, cancel := context.WithTimeout(ctx, runtime)
+	defer cancel()
+	var mu sync.Mutex
+	var all []time.Duration
+	var ios, errs int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < qd; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			buf := make([]byte, bs)
+			for i := range buf {
+				buf[i] = byte(i*7 + w)
+			}
+			bufs := [][]byte{buf}
+			var cdb [16]byte
+			cmd := initiator.Command{LUN: s.lun, CDB: cdb[:]}
+			lat := make([]time.Duration, 0, 1<<14)
+			var n, ne int64
+			seq := uint64(w) * (nslots / uint64(qd))
+			for ctx.Err() == nil {
+				var slot uint64
+				if strings.HasPrefix(rw, "rand") {
+					slot = rng.Uint64N(nslots)
+				} else {
+					slot = seq % nslots
+					seq++
+				}
+				read := rw == "read" || rw == "randread" || ((rw == "rw" || rw == "randrw") && rng.IntN(100) < rwmix)
+				clear(cdb[:])
+				cmd.DataIn, cmd.DataOut = nil, nil
+				if read {
+					cdb[0] = 0x88
+					cmd.DataIn = bufs
+				} else {
+					cdb[0] = 0x8a
+					if fua {
+						cdb[1] = 0x08
+					}
+					cmd.DataOut = bufs
+				}
+				binary.BigEndian.PutUint64(cdb[2:], slot*uint64(bs/bsz))
+				binary.BigEndian.PutUint32(cdb[10:], uint32(bs/bsz))
+				t0 := time.Now()
+				res, err := s.Execute(context.Background(), &cmd)
+				d := time.Since(t0)
+				if err != nil || res.Status != initiator.StatusGood {
+					ne++
+					if err != nil && ctx.Err() == nil {
+						s.Options().Logger.Warn("bench I/O failed", "err", err)
+						time.Sleep(time.Millisecond)
+					}
+					continue
+				}
+				n++
+				lat = append(lat, d)
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			ios += n
+			errs += ne
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	el := time.Since(start).Seconds()
+	r := benchResult{RW: rw, BlockSize: bs, QueueDepth: qd, Runtime: el, IOs: ios, Errors: errs}
+	r.IOPS = float64(ios) / el
+	r.MiBps = r.IOPS * float64(bs) / (1 << 20)
+	if len(all) > 0 {
+		slices.Sort(all)
+		us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+		pct := func(p float64) float64 { return us(all[min(len(all)-1, int(p*float64(len(all))))]) }
+		var sum time.Duration
+		for _, d := range all {
+			sum += d
+		}
+		r.LatMeanUs = us(sum / time.Duration(len(all)))
+		r.LatP50Us, r.LatP99Us, r.LatP999Us = pct(0.50), pct(0.99), pct(0.999)
+		r.LatMaxUs = us(all[len(all)-1])
+	}
+	return r
+}

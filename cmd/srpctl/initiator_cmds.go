@@ -1,0 +1,308 @@
+package main
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gosrp/gosrp/srp/initiator"
+	"github.com/spf13/cobra"
+)
+
+func newLoginCmd() *cobra.Command {
+	var tf targetFlags
+	c := &cobra.Command{
+		Use:   "login TARGET",
+		Short: "log in to an SRP target, print the SRP_LOGIN_RSP facts and log out",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			s, err := tf.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			o, li := s.Options(), s.Info()
+			ipi, tpi := o.PortIDs()
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "target port ID     %x\n", tpi)
+			fmt.Fprintf(w, "initiator port ID  %x\n", ipi)
+			fmt.Fprintf(w, "channels           %d\n", o.ChCount)
+			fmt.Fprintf(w, "req_lim            %d\n", li.ReqLimDelta)
+			fmt.Fprintf(w, "can_queue          %d\n", li.CanQueue)
+			fmt.Fprintf(w, "req_it_iu_len      %d\n", li.ReqITIULen)
+			fmt.Fprintf(w, "max_it_iu_len      %d\n", li.MaxITIULen)
+			fmt.Fprintf(w, "max_ti_iu_len      %d\n", li.MaxTIIULen)
+			fmt.Fprintf(w, "buf_fmt            %#04x%s\n", li.BufFmt, bufFmtNames(li.BufFmt))
+			fmt.Fprintf(w, "rsp_flags          %#02x (%s)\n", li.RspFlags, multichanResult(li.RspFlags))
+			fmt.Fprintf(w, "immediate data     %v\n", li.ImmediateData)
+			return nil
+		},
+	}
+	addTargetFlags(c, &tf, false)
+	return c
+}
+
+func bufFmtNames(f uint16) string {
+	var n []string
+	if f&2 != 0 {
+		n = append(n, "DIRECT")
+	}
+	if f&4 != 0 {
+		n = append(n, "INDIRECT")
+	}
+	if len(n) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(n, "|") + ")"
+}
+
+func multichanResult(f uint8) string {
+	s := [...]string{"no existing channels", "existing channels terminated", "existing channels maintained", "reserved"}[f&3]
+	if f&0x80 != 0 {
+		s += ", IMMED_SUPP"
+	}
+	return s
+}
+
+func newLUNsCmd() *cobra.Command {
+	var tf targetFlags
+	c := &cobra.Command{
+		Use:   "luns TARGET",
+		Short: "list the target's logical units (REPORT LUNS) with their INQUIRY identity",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			s, err := tf.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			luns, err := s.ReportLUNs(ctx)
+			if err != nil {
+				return err
+			}
+			for _, l := range luns {
+				desc := ""
+				if b, err := s.Inquiry(ctx, l, false, 0, 96); err == nil {
+					if d, err := initiator.ParseInquiry(b); err == nil {
+						desc = fmt.Sprintf("%-8s %-16s %-4s type %d", d.Vendor, d.Product, d.Revision, d.DeviceType)
+					}
+				}
+				if c, err := s.ReadCapacity16(ctx, l); err == nil {
+					desc += fmt.Sprintf("  %d x %d bytes (%s)", c.Blocks(), c.BlockSize, humanBytes(c.Bytes()))
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "lun %-4d %016x  %s\n", initiator.LUNNumber(l), l, desc)
+			}
+			return nil
+		},
+	}
+	addTargetFlags(c, &tf, false)
+	return c
+}
+
+func humanBytes(n uint64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	f := float64(n)
+	i := 0
+	for f >= 1024 && i < len(units)-1 {
+		f /= 1024
+		i++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + " " + units[i]
+}
+
+func newInquiryCmd() *cobra.Command {
+	var tf targetFlags
+	var vpd int
+	var raw bool
+	c := &cobra.Command{
+		Use:   "inquiry TARGET",
+		Short: "send INQUIRY (standard data, or a VPD page with --vpd)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			s, err := tf.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			w := cmd.OutOrStdout()
+			if vpd >= 0 {
+				b, err := s.Inquiry(ctx, s.lun, true, uint8(vpd), 0xff00)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "VPD page %#02x, %d bytes:\n%s", vpd, len(b), hex.Dump(b))
+				return nil
+			}
+			b, err := s.Inquiry(ctx, s.lun, false, 0, 96)
+			if err != nil {
+				return err
+			}
+			d, err := initiator.ParseInquiry(b)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(w, "vendor            %s\nproduct           %s\nrevision          %s\n", d.Vendor, d.Product, d.Revision)
+			fmt.Fprintf(w, "peripheral type   %d (qualifier %d)\nversion           %d\nresponse format   %d\n", d.DeviceType, d.PeripheralQualifier, d.Version, d.ResponseFormat)
+			fmt.Fprintf(w, "removable         %v\ncommand queueing  %v\nTPGS              %d\n", d.Removable, d.CmdQue, d.TPGS)
+			if raw {
+				fmt.Fprint(w, hex.Dump(b))
+			}
+			return nil
+		},
+	}
+	addTargetFlags(c, &tf, true)
+	c.Flags().IntVar(&vpd, "vpd", -1, "VPD page code (e.g. 0x80 serial, 0x83 device identification, 0xb0 block limits)")
+	c.Flags().BoolVar(&raw, "raw", false, "also dump the standard INQUIRY data in hex")
+	return c
+}
+
+func newReadcapCmd() *cobra.Command {
+	var tf targetFlags
+	c := &cobra.Command{
+		Use:   "readcap TARGET",
+		Short: "send READ CAPACITY(16)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := signalContext()
+			defer cancel()
+			s, err := tf.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			c, err := s.ReadCapacity16(ctx, s.lun)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "last LBA          %d\nblock size        %d\nblocks            %d\ncapacity          %d bytes (%s)\n",
+				c.LastLBA, c.BlockSize, c.Blocks(), c.Bytes(), humanBytes(c.Bytes()))
+			fmt.Fprintf(w, "physical block    %d logical blocks\nthin provisioned  %v (LBPRZ %v)\nprotection        %v\n",
+				1<<c.LogicalPerPhysicalExp, c.LBPME, c.LBPRZ, c.ProtectionEnabled)
+			return nil
+		},
+	}
+	addTargetFlags(c, &tf, true)
+	return c
+}
+
+func newSCSICmd() *cobra.Command {
+	var tf targetFlags
+	var outFile string
+	var inLen int
+	var binOut bool
+	c := &cobra.Command{
+		Use:   "scsi TARGET CDB",
+		Short: "send a raw CDB (hex, spaces allowed) like sg_raw; --out FILE sends data-out, --in N reads N bytes of data-in",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cdb, err := hex.DecodeString(strings.Join(strings.Fields(strings.ReplaceAll(args[1], ":", " ")), ""))
+			if err != nil || len(cdb) < 6 || len(cdb) > 32 {
+				return fmt.Errorf("CDB %q: want 6 to 32 bytes of hex", args[1])
+			}
+			if outFile != "" && inLen > 0 {
+				return errors.New("--out and --in together: bidirectional commands are not supported")
+			}
+			sc := &initiator.Command{CDB: cdb}
+			if outFile != "" {
+				data, err := os.ReadFile(outFile)
+				if err != nil {
+					return err
+				}
+				sc.DataOut = [][]byte{data}
+			}
+			var in []byte
+			if inLen > 0 {
+				in = make([]byte, inLen)
+				sc.DataIn = [][]byte{in}
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			s, err := tf.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			sc.LUN = s.lun
+			res, err := s.Execute(ctx, sc)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if binOut && res.Status == initiator.StatusGood {
+				_, err := w.Write(in[:res.DataInLen])
+				return err
+			}
+			fmt.Fprintf(w, "SCSI Status: %s\n", initiator.StatusName(res.Status))
+			if len(res.Sense) > 0 {
+				if e := initiator.DecodeSense(res.Status, res.Sense); e != nil {
+					fmt.Fprintf(w, "Sense: %s (key %#x), ASC/ASCQ %02xh/%02xh %s\n", initiator.SenseKeyName(e.Key), e.Key, e.ASC, e.ASCQ, initiator.ASCName(e.ASC, e.ASCQ))
+				}
+				fmt.Fprintf(w, "Sense data (%d bytes):\n%s", len(res.Sense), hex.Dump(res.Sense))
+			}
+			if inLen > 0 {
+				fmt.Fprintf(w, "Received %d bytes of data:\n%s", res.DataInLen, hex.Dump(in[:res.DataInLen]))
+			}
+			return res.Err()
+		},
+	}
+	addTargetFlags(c, &tf, true)
+	c.Flags().StringVar(&outFile, "out", "", "file whose contents are the data-out buffer")
+	c.Flags().IntVar(&inLen, "in", 0, "data-in buffer length in bytes")
+	c.Flags().BoolVar(&binOut, "binary", false, "write data-in to stdout as binary")
+	return c
+}
+
+func newTMFCmd() *cobra.Command {
+	var tf targetFlags
+	var tag uint64
+	c := &cobra.Command{
+		Use:   "tmf TARGET abort|lun-reset",
+		Short: "send a task management function: ABORT TASK (--tag) or LOGICAL UNIT RESET",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var fn uint8
+			switch args[1] {
+			case "abort", "abort-task":
+				fn = initiator.TMFAbortTask
+			case "lun-reset", "reset":
+				fn = initiator.TMFLUNReset
+			case "abort-task-set":
+				fn = initiator.TMFAbortTaskSet
+			case "clear-task-set":
+				fn = initiator.TMFClearTaskSet
+			case "clear-aca":
+				fn = initiator.TMFClearACA
+			default:
+				return fmt.Errorf("unknown task management function %q (abort, lun-reset, abort-task-set, clear-task-set, clear-aca)", args[1])
+			}
+			ctx, cancel := signalContext()
+			defer cancel()
+			s, err := tf.connect(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			err = s.TaskManagement(ctx, fn, s.lun, tag)
+			var te *initiator.TMFError
+			if errors.As(err, &te) {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s (%#02x)\n", initiator.TMFName(fn), tf.lun, initiator.TMFResponseName(te.Response), te.Response)
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s\n", initiator.TMFName(fn), tf.lun, initiator.TMFResponseName(0))
+			return nil
+		},
+	}
+	addTargetFlags(c, &tf, true)
+	c.Args = cobra.ExactArgs(2)
+	c.Flags().Uint64Var(&tag, "tag", 0, "task tag for abort")
+	return c
+}

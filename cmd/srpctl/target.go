@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/rdma/iwarp"
+	"github.com/gosrp/gosrp/rdma/verbs"
+	"github.com/gosrp/gosrp/srp/initiator"
+	"github.com/spf13/cobra"
+)
+
+// targetFlags are the flags every initiator command shares. The target is
+// always the first argument: an ib_srp add_target string such as
+// id_ext=0002c903000e8acc,ioc_guid=0002c903000e8acc,dest=192.0.2.1:5555
+// (transport=iwarp|verbs selects the provider; iwarp is the default).
+type targetFlags struct {
+	lun            int
+	timeout        time.Duration
+	cmdTimeout     time.Duration
+	reconnectDelay time.Duration
+	fastIOFail     time.Duration
+	devLoss        time.Duration
+	verbose        bool
+	initiatorGUID  uint64
+}
+
+func addTargetFlags(c *cobra.Command, tf *targetFlags, withLUN bool) {
+	f := c.Flags()
+	if withLUN {
+		f.IntVarP(&tf.lun, "lun", "l", 0, "logical unit number")
+	}
+	f.DurationVar(&tf.timeout, "connect-timeout", 15*time.Second, "login timeout")
+	f.DurationVar(&tf.cmdTimeout, "cmd-timeout", 0, "per-command timeout before ABORT TASK (default 30s)")
+	f.DurationVar(&tf.reconnectDelay, "reconnect-delay", 0, "wait between reconnect attempts (ib_srp reconnect_delay, default 10s; negative disables)")
+	f.DurationVar(&tf.fastIOFail, "fast-io-fail-tmo", 0, "fail I/O this long after a channel loss (default 15s)")
+	f.DurationVar(&tf.devLoss, "dev-loss-tmo", 0, "give up this long after a channel loss (default 600s)")
+	f.BoolVarP(&tf.verbose, "verbose", "v", false, "log channel events to stderr")
+	f.Uint64Var(&tf.initiatorGUID, "initiator-guid", 0, "second half of the initiator port ID (default derived from the host name)")
+	c.Args = cobra.MinimumNArgs(1)
+}
+
+func (tf *targetFlags) logger() *slog.Logger {
+	lvl := slog.LevelWarn
+	if tf.verbose {
+		lvl = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+}
+
+// options parses the add_target string and applies the flags.
+func (tf *targetFlags) options(target string) (initiator.Options, error) {
+	o, err := initiator.ParseTarget(target)
+	if err != nil {
+		return o, fmt.Errorf("target %q: %w", target, err)
+	}
+	o.CommandTimeout = tf.cmdTimeout
+	o.ReconnectDelay, o.FastIOFailTmo, o.DevLossTmo = tf.reconnectDelay, tf.fastIOFail, tf.devLoss
+	o.InitiatorGUID = tf.initiatorGUID
+	o.Logger = tf.logger()
+	return o, nil
+}
+
+// openDevice wires the RDMA provider transport= names.
+func openDevice(o initiator.Options, log *slog.Logger) (rdma.Device, error) {
+	switch strings.ToLower(o.Transport) {
+	case "", "iwarp":
+		return iwarp.NewDevice(iwarp.Config{Logger: log}), nil
+	case "verbs":
+		if !verbs.Built {
+			return nil, errors.New("transport=verbs: this srpctl was built without RDMA verbs support; rebuild with `go build -tags verbs` (needs cgo, libibverbs-dev and librdmacm-dev)")
+		}
+		d, err := verbs.Open(verbs.Config{Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("transport=verbs: %w", err)
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("transport=%s: unknown transport (iwarp or verbs)", o.Transport)
+}
+
+// conn is an open session plus its device.
+type conn struct {
+	*initiator.Session
+	dev rdma.Device
+	lun uint64
+}
+
+func (c *conn) Close() {
+	c.Session.Close()
+	c.dev.Close()
+}
+
+// connect logs in to the target named by args[0].
+func (tf *targetFlags) connect(ctx context.Context, target string) (*conn, error) {
+	o, err := tf.options(target)
+	if err != nil {
+		return nil, err
+	}
+	return tf.connectOptions(ctx, o)
+}
+
+func (tf *targetFlags) connectOptions(ctx context.Context, o initiator.Options) (*conn, error) {
+	dev, err := openDevice(o, o.Logger)
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, tf.timeout)
+	defer cancel()
+	s, err := initiator.Dial(lctx, dev, o)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return &conn{Session: s, dev: dev, lun: initiator.LUN(tf.lun)}, nil
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
