@@ -75,7 +75,7 @@ var optKeys = []optKey{
 		}
 		return nil
 	}, func(o *TargetOptions, g bool) string {
-		if g || o.ibPath() {
+		if g || o.DGID != [16]byte{} || o.ibPath() {
 			return hex.EncodeToString(o.DGID[:])
 		}
 		return ""
@@ -91,14 +91,14 @@ var optKeys = []optKey{
 		o.PKey = uint16(n)
 		return nil
 	}, func(o *TargetOptions, g bool) string {
-		if g || o.ibPath() {
+		if g || o.PKey != 0 || o.ibPath() {
 			return fmt.Sprintf("%04x", o.PKey)
 		}
 		return ""
 	}},
 	{"service_id", func(o *TargetOptions, v string) (err error) { o.ServiceID, err = parseHex64(v); return },
 		func(o *TargetOptions, g bool) string {
-			if g || o.ibPath() {
+			if g || o.ServiceID != 0 || o.ibPath() {
 				return fmt.Sprintf("%016x", o.ServiceID)
 			}
 			return ""
@@ -204,8 +204,10 @@ const (
 	IOClassSRPRev16A = 0x0100 // SRP_REV16A_IB_IO_CLASS
 )
 
+// ibPath reports whether o selects the IB CM path: no dest, and some IB CM
+// field set. String then renders all three IB CM keys, which Linux needs.
 func (o *TargetOptions) ibPath() bool {
-	return o.DGID != [16]byte{} || o.ServiceID != 0 || o.PKey != 0
+	return !o.Dest.IsValid() && (o.DGID != [16]byte{} || o.ServiceID != 0 || o.PKey != 0)
 }
 
 func intParser(field func(*TargetOptions) *int, signed bool, lo, hi int64) func(*TargetOptions, string) error {
