@@ -1,0 +1,136 @@
+package scsi
+
+import (
+	"testing"
+
+	"github.com/gosrp/gosrp/backstore"
+)
+
+// Page bytes from SBC-3 §6.4.5 table 183 (caching), SPC-4 §7.5.8 table 434
+// (control), §7.5.11 (informational exceptions), SBC-3 §6.4.6
+// (read-write error recovery), with LIO's default values.
+const (
+	pgRWErr   = `01 0a 00 00 00 00 00 00 00 00 00 00`
+	pgCaching = `08 12 00 00 00 00 00 00 00 00 00 00 20 00 00 00 00 00 00 00`
+	pgControl = `0a 0a 02 10 00 40 00 00 ff ff 00 1e`
+	pgIE      = `1c 0a 08 00 00 00 00 00 00 00 00 00`
+)
+
+func TestModeSense6AllPages(t *testing.T) {
+	f := newFixture(t, LUConfig{Backstore: backstore.NewRAM(1 << 20)})
+	got := f.in([]byte{0x1A, 0, 0x3F, 0, 255, 0}, 255)
+	want := hx(`43 00 10 08` + // length 67, medium 0, DPOFUA, block descriptor length 8
+		`00000800 00 000200` + // 2048 blocks of 512 bytes
+		pgRWErr + pgCaching + pgControl + pgIE)
+	wantBytes(t, "MODE SENSE(6) 3F", got, want)
+	// DBD=1, single page.
+	wantBytes(t, "MODE SENSE(6) 0A DBD", f.in([]byte{0x1A, 0x08, 0x0A, 0, 255, 0}, 255), hx(`0f 00 10 00`+pgControl))
+	// Subpage FFh of all pages = the same pages.
+	wantBytes(t, "3F/FF", f.in([]byte{0x1A, 0, 0x3F, 0xFF, 255, 0}, 255), want)
+}
+
+func TestModeSense10(t *testing.T) {
+	f := newFixture(t, LUConfig{Backstore: backstore.NewRAM(1 << 20)})
+	// LLBAA=1: long LBA block descriptor (16 bytes), LONGLBA set.
+	got := f.in([]byte{0x5A, 0x10, 0x08, 0, 0, 0, 0, 0x01, 0x00, 0}, 256)
+	wantBytes(t, "MODE SENSE(10) LLBAA", got, hx(`00 2a 00 10 01 00 00 10`+`0000000000000800 00000000 00000200`+pgCaching))
+	// Changeable values: WCE not changeable without a volatile cache.
+	got = f.in([]byte{0x5A, 0x08, 0x4A, 0, 0, 0, 0, 0x01, 0x00, 0}, 256)
+	wantBytes(t, "changeable control", got, hx(`00 12 00 10 00 00 00 00`+`0a 0a e4 06 00 40 00 00 00 00 00 00`))
+	// Saved values are not supported.
+	wantSense(t, f.run(f.s, 0, []byte{0x5A, 0x08, 0xC8, 0, 0, 0, 0, 0x01, 0x00, 0}, nil, 256), SenseIllegalRequest, 0x39, 0x00)
+	// Unknown page: byte 2 bit 5.
+	wantField(t, f.run(f.s, 0, []byte{0x5A, 0x08, 0x19, 0, 0, 0, 0, 0x01, 0x00, 0}, nil, 256), 0x24, true, 2, 5)
+	// Default values of the caching page.
+	got = f.in([]byte{0x5A, 0x08, 0x88, 0, 0, 0, 0, 0x01, 0x00, 0}, 256)
+	wantBytes(t, "default caching", got, hx(`00 1a 00 10 00 00 00 00`+pgCaching))
+}
+
+func modeSelect10(page []byte) ([]byte, []byte) {
+	param := append(hx(`0000 00 00 00 00 0000`), page...)
+	return []byte{0x55, 0x10, 0, 0, 0, 0, 0, byte(len(param) >> 8), byte(len(param)), 0}, param
+}
+
+func TestModeSelect(t *testing.T) {
+	fb := backstore.NewFault(backstore.NewRAM(1 << 20)) // has Sync: WCE changeable
+	f := newFixture(t, LUConfig{Backstore: fb})
+	s2 := f.tg.NewSession(nexusB)
+	defer s2.Close()
+	f.run(s2, 0, cdbTUR(), nil, 0)
+
+	// D_SENSE=1 on the control page: sense becomes descriptor format.
+	cdb, p := modeSelect10(hx(`0a 0a 06 10 00 40 00 00 ff ff 00 1e`))
+	f.good(cdb, p)
+	r := f.run(f.s, 0, cdb16(0x88, 0, 4096, 1), nil, 512)
+	if s := wantSense(t, r, SenseIllegalRequest, 0x21, 0x00); !s.Descriptor {
+		t.Fatal("D_SENSE=1 but fixed format sense")
+	}
+	// The other nexus is told MODE PARAMETERS CHANGED; it then sees
+	// descriptor sense too.
+	r = f.run(s2, 0, cdbTUR(), nil, 0)
+	if s := wantSense(t, r, SenseUnitAttention, 0x2A, 0x01); !s.Descriptor {
+		t.Fatal("UA not in descriptor format")
+	}
+	// Not to the nexus that changed them.
+	f.good(cdbTUR(), nil)
+
+	// Changing a non-changeable bit (GLTSD, byte 2 bit 1): parameter
+	// pointer at that byte and bit (header 8 + page byte 2 = 10).
+	cdb, p = modeSelect10(hx(`0a 0a 04 10 00 40 00 00 ff ff 00 1e`))
+	wantField(t, f.run(f.s, 0, cdb, p, 0), 0x26, false, 10, 1)
+	// TST=010b is reserved.
+	cdb, p = modeSelect10(hx(`0a 0a 46 10 00 40 00 00 ff ff 00 1e`))
+	wantField(t, f.run(f.s, 0, cdb, p, 0), 0x26, false, 10, 7)
+	// Wrong page length.
+	cdb, p = modeSelect10(hx(`0a 0b 06 10 00 40 00 00 ff ff 00 1e 00`))
+	wantField(t, f.run(f.s, 0, cdb, p, 0), 0x26, false, 9, -1)
+	// Unknown page.
+	cdb, p = modeSelect10(hx(`19 02 00 00`))
+	wantField(t, f.run(f.s, 0, cdb, p, 0), 0x26, false, 8, 5)
+	// SP=1: not savable.
+	cdb, p = modeSelect10(hx(pgCaching))
+	cdb[1] = 0x11
+	wantField(t, f.run(f.s, 0, cdb, p, 0), 0x24, true, 1, 0)
+	// PF=0.
+	cdb[1] = 0x00
+	wantField(t, f.run(f.s, 0, cdb, p, 0), 0x24, true, 1, 4)
+	// A truncated page.
+	cdb, p = modeSelect10(hx(`08 12 04 00`))
+	wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x1A, 0x00)
+	// Block descriptor with another block length.
+	param := hx(`00 00 00 08 00000000 00 000400`)
+	wantField(t, f.run(f.s, 0, []byte{0x15, 0x10, 0, 0, byte(len(param)), 0}, param, 0), 0x26, false, 9, -1)
+	// Same block length with a caching page: WCE=1 accepted.
+	param = append(hx(`00 00 00 08 00000000 00 000200`), hx(`08 12 04 00 00 00 00 00 00 00 00 00 20 00 00 00 00 00 00 00`)...)
+	f.good([]byte{0x15, 0x10, 0, 0, byte(len(param)), 0}, param)
+	if !f.lu.wce.Load() {
+		t.Fatal("WCE not set")
+	}
+	// LUN RESET returns to default values (no saved values).
+	if resp := f.s.TaskManagement(testCtx(t), TMFLUNReset, EncodeLUN(0), 0); resp != TMFComplete {
+		t.Fatalf("LUN RESET: %v", resp)
+	}
+	if f.lu.wce.Load() || f.lu.dsense() {
+		t.Fatal("mode pages not reset")
+	}
+}
+
+func TestQErrAbortsOnCheckCondition(t *testing.T) {
+	blk := newBlockingStore(1 << 20)
+	f := newFixture(t, LUConfig{Backstore: blk})
+	// QERR=01b, TAS=0.
+	cdb, p := modeSelect10(hx(`0a 0a 02 12 00 00 00 00 ff ff 00 1e`))
+	f.good(cdb, p)
+	ctx := testCtx(t)
+	blk.block(3)
+	done := make(chan Result, 1)
+	go func() {
+		done <- f.s.Execute(ctx, &Command{Tag: 500, CDB: cdb16(0x88, 0, 3, 1), DataIn: make([]byte, 512)})
+	}()
+	blk.waitStarted(t, 3)
+	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, 9999, 1), nil, 512), SenseIllegalRequest, 0x21, 0x00)
+	blk.release(3)
+	if r := <-done; !r.Aborted {
+		t.Fatalf("QERR=01b did not abort the running task: %+v", r)
+	}
+}
