@@ -26,3 +26,20 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkProvider(b *testing.B) {
+	for _, v := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"confirmed", Config{}},
+		{"crc", Config{CRC: true}},
+		{"complete-on-transmit", Config{CompleteOnTransmit: true}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			rdmatest.Benchmark(b, func(tb testing.TB) (a, b rdma.Device, addr string) {
+				return NewDevice(v.cfg), NewDevice(v.cfg), "127.0.0.1:0"
+			})
+		})
+	}
+}
