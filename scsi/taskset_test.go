@@ -86,7 +86,11 @@ func TestAbortTask(t *testing.T) {
 	// Aborting the running task waits for it to end.
 	tmf := make(chan TMFResponse, 1)
 	go func() { tmf <- f.s.TaskManagement(ctx, TMFAbortTask, EncodeLUN(0), 2001) }()
-	waitFor(t, "abort flagged", func() bool { f.lu.ts.mu.Lock(); defer f.lu.ts.mu.Unlock(); return f.lu.ts.head != nil && f.lu.ts.head.aborted })
+	waitFor(t, "abort flagged", func() bool {
+		f.lu.ts.mu.Lock()
+		defer f.lu.ts.mu.Unlock()
+		return f.lu.ts.head != nil && f.lu.ts.head.aborted
+	})
 	blk.release(1)
 	if r := waitResult(t, a); !r.Aborted {
 		t.Fatalf("%+v", r)
@@ -149,7 +153,11 @@ func TestClearTaskSetAndLUNReset(t *testing.T) {
 	blk.waitStarted(t, 1)
 	tmf := make(chan TMFResponse, 1)
 	go func() { tmf <- f.s.TaskManagement(ctx, TMFClearTaskSet, EncodeLUN(0), 0) }()
-	waitFor(t, "abort flagged", func() bool { f.lu.ts.mu.Lock(); defer f.lu.ts.mu.Unlock(); return f.lu.ts.head != nil && f.lu.ts.head.aborted })
+	waitFor(t, "abort flagged", func() bool {
+		f.lu.ts.mu.Lock()
+		defer f.lu.ts.mu.Unlock()
+		return f.lu.ts.head != nil && f.lu.ts.head.aborted
+	})
 	blk.release(1)
 	if r := waitResult(t, a); r.Status != StatusTaskAborted || r.Aborted {
 		t.Fatalf("TAS=1: %+v", r)
@@ -182,7 +190,11 @@ func TestClearTaskSetTAS0(t *testing.T) {
 	blk.waitStarted(t, 1)
 	tmf := make(chan TMFResponse, 1)
 	go func() { tmf <- f.s.TaskManagement(ctx, TMFClearTaskSet, EncodeLUN(0), 0) }()
-	waitFor(t, "abort flagged", func() bool { f.lu.ts.mu.Lock(); defer f.lu.ts.mu.Unlock(); return f.lu.ts.head != nil && f.lu.ts.head.aborted })
+	waitFor(t, "abort flagged", func() bool {
+		f.lu.ts.mu.Lock()
+		defer f.lu.ts.mu.Unlock()
+		return f.lu.ts.head != nil && f.lu.ts.head.aborted
+	})
 	blk.release(1)
 	if r := waitResult(t, a); !r.Aborted {
 		t.Fatalf("TAS=0: %+v", r)
@@ -229,7 +241,11 @@ func TestSessionClose(t *testing.T) {
 	blk.waitStarted(t, 1)
 	closed := make(chan struct{})
 	go func() { s2.Close(); close(closed) }()
-	waitFor(t, "abort flagged", func() bool { f.lu.ts.mu.Lock(); defer f.lu.ts.mu.Unlock(); return f.lu.ts.head != nil && f.lu.ts.head.aborted })
+	waitFor(t, "abort flagged", func() bool {
+		f.lu.ts.mu.Lock()
+		defer f.lu.ts.mu.Unlock()
+		return f.lu.ts.head != nil && f.lu.ts.head.aborted
+	})
 	blk.release(1)
 	if r := waitResult(t, a); !r.Aborted {
 		t.Fatalf("%+v", r)
