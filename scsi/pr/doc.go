@@ -30,9 +30,9 @@
 // target port; a nexus's own registration takes precedence over its
 // initiator port's ALL_TG_PT registration. The persistent reservation has a
 // holder registration, a type and LU_SCOPE (the only scope supported); under
-// the all-registrants types (7 and 8) every registrant is a holder. SPEC_I_PT
-// is not supported (SIP_C=0): SPEC_I_PT=1 is refused with INVALID FIELD IN
-// PARAMETER LIST.
+// the all-registrants types (7 and 8) every registrant is a holder.
+// SPEC_I_PT=1 in a REGISTER from an unregistered nexus also registers the
+// initiator ports named by its TransportIDs, through the same target port.
 //
 // Persistence. With a [Persister] configured the logical unit is PTPL
 // capable (PTPL_C=1). While the last APTPL bit received with REGISTER,

@@ -8,7 +8,7 @@ import (
 
 func FuzzParseParams(f *testing.F) {
 	f.Add(outCDB(OutRegister, 0, 24), basic(0, 1, fAPTPL|fAllTgPt))
-	f.Add(outCDB(OutRegister, 0, 24), basic(0, 1, fSpecIPT))
+	f.Add(outCDB(OutRegister, 0, 76), specIPT(0, 1, 0, tid(iB), tid(iC)))
 	f.Add(outCDB(OutRegisterAndMove, 0, 48), moveParams(1, 2, 3, 1, tid(iB)))
 	f.Add(outCDB(OutRegisterAndMove, 0, 0xFFFFFFFF), moveParams(1, 2, 3, 1, tid(iB)))
 	f.Add([]byte{0x5F}, []byte{})
@@ -28,8 +28,17 @@ func FuzzParseParams(f *testing.F) {
 			if 24+len(p.TransportID) > pll || int(binary.BigEndian.Uint32(param[20:])) != len(p.TransportID) || len(p.TransportID)%4 != 0 || len(p.TransportID) < 24 {
 				t.Fatalf("TransportID of %d bytes in a list of %d", len(p.TransportID), pll)
 			}
-		} else if pll != 24 || param[20]&0x08 != 0 {
-			t.Fatalf("accepted basic list of %d bytes, byte 20 %#x", pll, param[20])
+		} else if p.SpecIPT {
+			tpdl := int(binary.BigEndian.Uint32(param[24:]))
+			sum := 0
+			for _, t := range p.TransportIDs {
+				sum += len(t)
+			}
+			if cdb[1]&0x1f != OutRegister || 28+tpdl > pll || sum != tpdl {
+				t.Fatalf("SPEC_I_PT list of %d bytes: TPDL %d, TransportIDs %d bytes", pll, tpdl, sum)
+			}
+		} else if pll != 24 {
+			t.Fatalf("accepted basic list of %d bytes", pll)
 		}
 	})
 }
@@ -67,7 +76,9 @@ func FuzzOut(f *testing.F) {
 				key, saKey := uint64(next()%4), uint64(next()%4)
 				flags := next() & 0x0f
 				var param []byte
-				if sa == OutRegisterAndMove {
+				if sa == OutRegister && flags&fSpecIPT != 0 {
+					param = specIPT(key, saKey, flags, tid(nexuses[int(next())%len(nexuses)].InitiatorPortID))
+				} else if sa == OutRegisterAndMove {
 					param = moveParams(key, saKey, flags&3, uint16(next()%3), tid(nexuses[int(next())%len(nexuses)].InitiatorPortID))
 				} else {
 					param = basic(key, saKey, flags)

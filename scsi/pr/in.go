@@ -76,14 +76,14 @@ func (c *core) readReservation() []byte {
 }
 
 // reportCapabilities builds REPORT CAPABILITIES parameter data (8 bytes):
-// LENGTH 8; CRH=1, SIP_C=0, ATP_C=1, PTPL_C if a Persister is configured;
+// LENGTH 8; CRH=1, SIP_C=1, ATP_C=1, PTPL_C if a Persister is configured;
 // TMV=1, ALLOW COMMANDS=011b (TEST UNIT READY allowed through WR_EX and
 // EX_AC; MODE SENSE, READ BUFFER, ... allowed through WR_EX, see Classify),
 // PTPL_A; type mask with all six types (byte 4 = EAh, byte 5 = 01h).
 func (s *State) reportCapabilities() []byte {
 	b := make([]byte, 8)
 	binary.BigEndian.PutUint16(b[0:], 8)
-	b[2] = 0x10 | 0x04 // CRH, ATP_C
+	b[2] = 0x10 | 0x08 | 0x04 // CRH, SIP_C, ATP_C
 	if s.cfg.Persister != nil {
 		b[2] |= 0x01 // PTPL_C
 	}

@@ -6,20 +6,21 @@ import (
 )
 
 func TestReportCapabilities(t *testing.T) {
-	// SPC-4 table 204: LENGTH=0008h; byte 2 CRH(10h)|ATP_C(04h)|PTPL_C(01h);
+	// SPC-4 table 204: LENGTH=0008h; byte 2 CRH(10h)|SIP_C(08h)|ATP_C(04h)|
+	// PTPL_C(01h);
 	// byte 3 TMV(80h)|ALLOW COMMANDS 011b (30h)|PTPL_A(01h); type mask byte 4
 	// WR_EX_AR 80h, EX_AC_RO 40h, WR_EX_RO 20h, EX_AC 08h, WR_EX 02h; byte 5
 	// EX_AC_AR 01h.
 	f := newFix(t, Config{})
-	if got, want := f.in(nA, InReportCapabilities), []byte{0, 8, 0x14, 0xB0, 0xEA, 0x01, 0, 0}; !bytes.Equal(got, want) {
+	if got, want := f.in(nA, InReportCapabilities), []byte{0, 8, 0x1C, 0xB0, 0xEA, 0x01, 0, 0}; !bytes.Equal(got, want) {
 		t.Errorf("no persister: % x, want % x", got, want)
 	}
 	f = newFix(t, Config{Persister: &memPersister{}})
-	if got, want := f.in(nA, InReportCapabilities), []byte{0, 8, 0x15, 0xB0, 0xEA, 0x01, 0, 0}; !bytes.Equal(got, want) {
+	if got, want := f.in(nA, InReportCapabilities), []byte{0, 8, 0x1D, 0xB0, 0xEA, 0x01, 0, 0}; !bytes.Equal(got, want) {
 		t.Errorf("persister: % x, want % x", got, want)
 	}
 	f.must(nA, OutRegister, 0, basic(0, 1, fAPTPL))
-	if got, want := f.in(nA, InReportCapabilities), []byte{0, 8, 0x15, 0xB1, 0xEA, 0x01, 0, 0}; !bytes.Equal(got, want) {
+	if got, want := f.in(nA, InReportCapabilities), []byte{0, 8, 0x1D, 0xB1, 0xEA, 0x01, 0, 0}; !bytes.Equal(got, want) {
 		t.Errorf("APTPL active: % x, want % x", got, want)
 	}
 }

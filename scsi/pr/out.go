@@ -11,6 +11,12 @@ type Params struct {
 	// ReservationKey (bytes 0–7) and ServiceActionKey (SERVICE ACTION
 	// RESERVATION KEY, bytes 8–15).
 	ReservationKey, ServiceActionKey uint64
+	// SpecIPT is SPEC_I_PT (byte 20 bit 3; basic list only). When set,
+	// TransportIDs holds the TransportIDs of the additional parameter data
+	// (TRANSPORTID PARAMETER DATA LENGTH in bytes 24–27, TransportIDs from
+	// byte 28), each aliasing the parameter list.
+	SpecIPT      bool
+	TransportIDs [][]byte
 	// AllTgPt is ALL_TG_PT (byte 20 bit 2; basic list only).
 	AllTgPt bool
 	// APTPL is byte 20 bit 0 (basic) or byte 17 bit 0 (REGISTER AND MOVE).
@@ -30,10 +36,13 @@ type Params struct {
 // (CDB bytes 5–8) bytes are read. It checks the lengths (SPC-4 §6.16.1):
 //   - PARAMETER LIST LENGTH below 24, or more than len(param): PARAMETER
 //     LIST LENGTH ERROR;
-//   - SPEC_I_PT=1 (not supported): INVALID FIELD IN PARAMETER LIST, byte 20
-//     bit 3;
-//   - other service actions: a length other than 24 is a PARAMETER LIST
-//     LENGTH ERROR;
+//   - SPEC_I_PT=1 with a service action other than REGISTER: INVALID FIELD
+//     IN PARAMETER LIST, byte 20 bit 3;
+//   - SPEC_I_PT=1: a length below 28 + TRANSPORTID PARAMETER DATA LENGTH is
+//     a PARAMETER LIST LENGTH ERROR; a TransportID truncated by the
+//     TRANSPORTID PARAMETER DATA LENGTH is an INVALID FIELD IN PARAMETER
+//     LIST at the TransportID's first byte (SPC-4 §6.16.3);
+//   - otherwise a length other than 24 is a PARAMETER LIST LENGTH ERROR;
 //   - REGISTER AND MOVE: a length below 24 + TRANSPORTID PARAMETER DATA
 //     LENGTH is a PARAMETER LIST LENGTH ERROR (bytes past the TransportID
 //     are ignored); a TRANSPORTID PARAMETER DATA LENGTH below 24 or not a
@@ -56,13 +65,32 @@ func ParseParams(cdb, param []byte) (Params, Outcome) {
 	p.ReservationKey = binary.BigEndian.Uint64(b[0:])
 	p.ServiceActionKey = binary.BigEndian.Uint64(b[8:])
 	if sa != OutRegisterAndMove {
-		if b[20]&0x08 != 0 {
-			return p, badParam(20, 3)
-		}
+		p.SpecIPT = b[20]&0x08 != 0
 		p.AllTgPt = b[20]&0x04 != 0
 		p.APTPL = b[20]&0x01 != 0
-		if pll != 24 {
+		if !p.SpecIPT {
+			if pll != 24 {
+				return p, outcome(ParamListLengthError)
+			}
+			return p, good
+		}
+		if sa != OutRegister {
+			return p, badParam(20, 3)
+		}
+		if pll < 28 {
 			return p, outcome(ParamListLengthError)
+		}
+		tpdl := uint64(binary.BigEndian.Uint32(b[24:]))
+		if 28+tpdl > pll {
+			return p, outcome(ParamListLengthError)
+		}
+		for off := uint64(28); off < 28+tpdl; {
+			n := transportIDLen(b[off : 28+tpdl])
+			if n == 0 {
+				return p, badParamByte(uint16(min(off, 0xFFFF)))
+			}
+			p.TransportIDs = append(p.TransportIDs, b[off:off+uint64(n)])
+			off += uint64(n)
 		}
 		return p, good
 	}
@@ -225,7 +253,9 @@ func (c *core) afterRemoval() Type {
 }
 
 // register is REGISTER (ignore=false) and REGISTER AND IGNORE EXISTING KEY
-// (ignore=true), SPC-4 §5.13.7, tables 47 and 48.
+// (ignore=true), SPC-4 §5.13.7, tables 47 and 48, with SPEC_I_PT (§6.16.3):
+// only from an unregistered nexus (INVALID FIELD IN PARAMETER LIST
+// otherwise, as Linux LIO answers); all registrations are made or none.
 func (op *outOp) register(ignore bool) (bool, Outcome) {
 	c, p := op.c, op.p
 	r := c.find(op.k)
@@ -236,22 +266,48 @@ func (op *outOp) register(ignore bool) (bool, Outcome) {
 		if p.ServiceActionKey == 0 {
 			return false, good
 		}
-		if len(c.regs) >= op.cfg.MaxRegistrations {
-			return false, outcome(InsufficientRegistrationResources)
+		// The issuing nexus, then with SPEC_I_PT each TransportID's
+		// initiator port through the same target port (or all ports with
+		// ALL_TG_PT). Initiator ports already registered there are skipped.
+		type port struct {
+			initiator string
+			tid       []byte
 		}
-		nr := registration{
-			id: c.nextID, key: p.ServiceActionKey, initiator: op.k.initiator,
-			target: op.k.target, rtpi: op.n.RelativeTargetPort,
-			transportID: bytes.Clone(op.n.TransportID),
+		ports := []port{{op.k.initiator, op.n.TransportID}}
+		off := uint16(28)
+		for _, t := range p.TransportIDs {
+			ini, ok := op.cfg.ParseTransportID(t)
+			if !ok || ini == "" {
+				return false, badParamByte(off)
+			}
+			ports = append(ports, port{ini, t})
+			off += uint16(len(t))
 		}
-		if p.AllTgPt {
-			nr.allTgPt, nr.target = true, ""
+		for _, pt := range ports {
+			k := nexusKey{pt.initiator, op.k.target}
+			if c.find(k) != nil {
+				continue
+			}
+			if len(c.regs) >= op.cfg.MaxRegistrations {
+				return false, outcome(InsufficientRegistrationResources)
+			}
+			nr := registration{
+				id: c.nextID, key: p.ServiceActionKey, initiator: k.initiator,
+				target: k.target, rtpi: op.n.RelativeTargetPort,
+				transportID: bytes.Clone(pt.tid),
+			}
+			if p.AllTgPt {
+				nr.allTgPt, nr.target = true, ""
+			}
+			c.nextID++
+			c.regs = append(c.regs, nr)
 		}
-		c.nextID++
-		c.regs = append(c.regs, nr)
 	} else {
 		if !ignore && p.ReservationKey != r.key {
 			return false, conflict
+		}
+		if p.SpecIPT {
+			return false, badParam(20, 3)
 		}
 		if p.ServiceActionKey != 0 {
 			r.key = p.ServiceActionKey

@@ -479,8 +479,13 @@ func TestParameterListErrors(t *testing.T) {
 		{"PLL 23", outCDB(OutRegister, 0, 23), basic(0, 1, 0), pll},
 		{"PLL 25", outCDB(OutRegister, 0, 25), append(basic(0, 1, 0), 0), pll},
 		{"PLL beyond data", outCDB(OutRegister, 0, 24), basic(0, 1, 0)[:20], pll},
-		{"SPEC_I_PT", outCDB(OutRegister, 0, 24), basic(0, 1, fSpecIPT), badParam(20, 3)},
+		{"SPEC_I_PT without TRANSPORTID PARAMETER DATA LENGTH", outCDB(OutRegister, 0, 24), basic(0, 1, fSpecIPT), pll},
 		{"SPEC_I_PT on RESERVE", outCDB(OutReserve, 1, 24), basic(0, 1, fSpecIPT), badParam(20, 3)},
+		{"SPEC_I_PT on REGISTER AND IGNORE", outCDB(OutRegisterAndIgnoreExistingKey, 0, 52), specIPT(0, 1, 0, tid(iB)), badParam(20, 3)},
+		{"SPEC_I_PT: list short of TransportIDs", outCDB(OutRegister, 0, 51), specIPT(0, 1, 0, tid(iB))[:51], pll},
+		{"SPEC_I_PT: truncated TransportID", outCDB(OutRegister, 0, 48), specIPT(0, 1, 0, tid(iB)[:20]), badParamByte(28)},
+		{"SPEC_I_PT: second TransportID truncated", outCDB(OutRegister, 0, 72), specIPT(0, 1, 0, tid(iB), tid(iC)[:20]), badParamByte(52)},
+		{"SPEC_I_PT: not an SRP TransportID", outCDB(OutRegister, 0, 76), specIPT(0, 1, 0, tid(iB), append([]byte{0x00}, tid(iC)[1:]...)), badParamByte(52)},
 		{"APTPL without PTPL", outCDB(OutRegister, 0, 24), basic(0, 1, fAPTPL), badParam(20, 0)},
 		{"unknown service action", outCDB(0x08, 0, 24), basic(0, 1, 0), badCDB(1, 4)},
 		{"short CDB", outCDB(OutRegister, 0, 24)[:6], basic(0, 1, 0), badCDB(0, 7)},
@@ -555,5 +560,72 @@ func TestGenerationWraps(t *testing.T) {
 	f.register(nA, 1)
 	if g := f.s.Generation(); g != 0 {
 		t.Errorf("generation after 0xFFFFFFFF: %#x", g)
+	}
+}
+
+// specIPT is a basic parameter list with SPEC_I_PT=1 and the TransportIDs
+// (SPC-4 table 213): TRANSPORTID PARAMETER DATA LENGTH in bytes 24-27.
+func specIPT(key, saKey uint64, flags byte, tids ...[]byte) []byte {
+	b := basic(key, saKey, flags|fSpecIPT)
+	n := 0
+	for _, t := range tids {
+		n += len(t)
+	}
+	b = append(b, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	for _, t := range tids {
+		b = append(b, t...)
+	}
+	return b
+}
+
+func TestSpecIPT(t *testing.T) {
+	f := newFix(t, Config{})
+	f.register(nC, 0xC)
+	// A registers itself, B and C (already registered: skipped) and
+	// itself again (skipped) through port 1.
+	f.must(nA, OutRegister, 0, specIPT(0, 0x5, 0, tid(iB), tid(iC), tid(iA)))
+	gen, keys := f.keys()
+	if gen != 2 || !eqKeys(keys, []uint64{0xC, 0x5, 0x5}) {
+		t.Fatalf("gen %d keys %x", gen, keys)
+	}
+	// B's registration is through port 1 only, with its TransportID.
+	b := f.in(nA, InReadFullStatus)
+	d := b[8+2*48:]
+	if d[7] != 0x5 || d[12] != 0 || d[19] != 1 || string(d[24:48]) != string(tid(iB)) {
+		t.Errorf("B's descriptor % x", d)
+	}
+	f.reserve(nB, 0x5, ExclusiveAccessRegistrantsOnly)
+	if !f.s.Check(nB, ClassWrite).OK() || f.s.Check(nB2, ClassWrite).OK() {
+		t.Error("B should be registered through port 1 only")
+	}
+	// From a registered nexus SPEC_I_PT is refused (after the key check).
+	if _, o := f.out(nA, OutRegister, 0, specIPT(0x6, 0x7, 0, tid(iD))); o != conflict {
+		t.Errorf("registered, wrong key: %v", o)
+	}
+	if _, o := f.out(nA, OutRegister, 0, specIPT(0x5, 0x7, 0, tid(iD))); o != badParam(20, 3) {
+		t.Errorf("registered: %v", o)
+	}
+
+	// With ALL_TG_PT the named initiator ports are registered through
+	// every port.
+	f = newFix(t, Config{})
+	f.must(nA, OutRegister, 0, specIPT(0, 0x5, fAllTgPt, tid(iB)))
+	f.reserve(nB2, 0x5, WriteExclusive)
+	if !f.s.Check(nB, ClassWrite).OK() || !f.s.Check(nA2, ClassRead).OK() || f.s.Check(nA2, ClassWrite).OK() {
+		t.Error("ALL_TG_PT registrations not through every port")
+	}
+
+	// All or nothing.
+	f = newFix(t, Config{MaxRegistrations: 2})
+	if _, o := f.out(nA, OutRegister, 0, specIPT(0, 0x5, 0, tid(iB), tid(iC))); o.Reason != InsufficientRegistrationResources {
+		t.Errorf("over the limit: %v", o)
+	}
+	if gen, keys := f.keys(); gen != 0 || len(keys) != 0 {
+		t.Errorf("partial registration: gen %d keys %x", gen, keys)
+	}
+	// SERVICE ACTION RESERVATION KEY zero: nothing, even with TransportIDs.
+	f.must(nA, OutRegister, 0, specIPT(0, 0, 0, tid(iB)))
+	if gen, keys := f.keys(); gen != 0 || len(keys) != 0 {
+		t.Errorf("key 0: gen %d keys %x", gen, keys)
 	}
 }

@@ -27,3 +27,33 @@ func ParseSRPTransportID(b []byte) (string, bool) {
 	}
 	return hex.EncodeToString(b[8:24]), true
 }
+
+// ProtocolISCSI is the iSCSI protocol identifier (SPC-4 §7.6.1, table 444),
+// whose TransportIDs are the only variable-length ones.
+const ProtocolISCSI = 0x5
+
+// transportIDLen returns the length in bytes of the TransportID at the start
+// of b (SPC-4 §7.6.4): iSCSI TransportIDs (FORMAT CODE 00b or 01b) are 4 +
+// ADDITIONAL LENGTH (bytes 2–3) long, every other protocol's are 24. It
+// returns 0 if b is shorter than that, or the iSCSI ADDITIONAL LENGTH is
+// below 20 or not a multiple of 4, or the FORMAT CODE is reserved.
+func transportIDLen(b []byte) int {
+	if len(b) < 24 {
+		return 0
+	}
+	n := 24
+	switch format := b[0] >> 6; {
+	case b[0]&0x0f == ProtocolISCSI && format <= 1:
+		add := int(b[2])<<8 | int(b[3])
+		if add < 20 || add%4 != 0 {
+			return 0
+		}
+		n = 4 + add
+	case format != 0:
+		return 0
+	}
+	if n > len(b) {
+		return 0
+	}
+	return n
+}
