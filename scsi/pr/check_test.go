@@ -118,3 +118,27 @@ func TestConcurrentUse(t *testing.T) {
 		t.Error("reservation survived every registrant")
 	}
 }
+
+func BenchmarkCheck(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		typ  Type
+	}{{"unreserved", 0}, {"EX_AC_RO", ExclusiveAccessRegistrantsOnly}} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := New(Config{})
+			for i, n := range []Nexus{nA, nB, nC} {
+				s.Out(n, outCDB(OutRegister, 0, 24), basic(0, uint64(i+1), 0))
+			}
+			if tc.typ != 0 {
+				s.Out(nA, outCDB(OutReserve, tc.typ, 24), basic(1, 0, 0))
+			}
+			cdb := []byte{0x2A, 0, 0, 0, 0, 0, 0, 0, 8, 0}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					s.Check(nC, Classify(cdb))
+				}
+			})
+		})
+	}
+}

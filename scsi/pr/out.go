@@ -190,6 +190,7 @@ func (s *State) Out(n Nexus, cdb, param []byte) (Effects, Outcome) {
 			"target", n.TargetPortID, "gen", c.gen, "regs", len(c.regs))
 	}
 	s.c = c
+	s.noteLocked()
 	return op.eff, good
 }
 

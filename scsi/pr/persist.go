@@ -218,6 +218,7 @@ func (s *State) Load(r io.Reader) error {
 	s.mu.Lock()
 	s.c = c
 	s.rsv = nil
+	s.noteLocked()
 	s.mu.Unlock()
 	return nil
 }

@@ -3,6 +3,7 @@ package pr
 import (
 	"log/slog"
 	"sync"
+	"sync/atomic"
 )
 
 // Config configures a State. The zero value is valid: no persistence (PTPL_C=0),
@@ -46,7 +47,15 @@ type State struct {
 	mu  sync.Mutex
 	c   core      // persistent reservations; replaced whole on each change
 	rsv *nexusKey // SPC-2 reservation holder, nil if none
+
+	// reserved is true while an SPC-2 or persistent reservation exists; Check
+	// reads it without the lock so that unreserved logical units pay one
+	// atomic load per command. Written under mu by noteLocked.
+	reserved atomic.Bool
 }
+
+// noteLocked refreshes s.reserved after a change; s.mu must be held.
+func (s *State) noteLocked() { s.reserved.Store(s.rsv != nil || s.c.res != nil) }
 
 // nexusKey is the identity of an I_T nexus for reservation purposes.
 type nexusKey struct {
@@ -178,12 +187,15 @@ func New(cfg Config) *State {
 // For ClassPersistentReserve and ClassReserveRelease it returns OK: In, Out,
 // Reserve and Release apply those commands' own rules.
 func (s *State) Check(n Nexus, cl Class) Outcome {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	switch cl {
 	case ClassPersistentReserve, ClassReserveRelease:
 		return good
 	}
+	if !s.reserved.Load() {
+		return good
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	k := keyOf(n)
 	if s.rsv != nil && *s.rsv != k {
 		if cl == ClassUnrestricted {
@@ -258,6 +270,7 @@ func (s *State) Reserve(n Nexus, cdb []byte) Outcome {
 		return conflict
 	}
 	s.rsv = &k
+	s.noteLocked()
 	s.log.Debug("SPC-2 reserve", "initiator", k.initiator, "target", k.target)
 	return good
 }
@@ -294,6 +307,7 @@ func (s *State) Release(n Nexus, cdb []byte) Outcome {
 	}
 	if s.rsv != nil && *s.rsv == k {
 		s.rsv = nil
+		s.noteLocked()
 		s.log.Debug("SPC-2 release", "initiator", k.initiator, "target", k.target)
 	}
 	return good
@@ -323,6 +337,7 @@ func (s *State) NexusLost(n Nexus) {
 	defer s.mu.Unlock()
 	if s.rsv != nil && *s.rsv == k {
 		s.rsv = nil
+		s.noteLocked()
 		s.log.Debug("SPC-2 reservation released by nexus loss", "initiator", k.initiator, "target", k.target)
 	}
 }
@@ -334,6 +349,7 @@ func (s *State) LUNReset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.rsv = nil
+	s.noteLocked()
 }
 
 // Generation returns the current PRgeneration (SPC-4 §6.15.2).
