@@ -12,7 +12,8 @@ import "encoding/binary"
 // 202–203), REPORT CAPABILITIES (02h, table 204), READ FULL STATUS (03h,
 // tables 206–207). Another service action, or a CDB shorter than 10 bytes,
 // gets INVALID FIELD IN CDB. While an SPC-2 reservation exists, any PERSISTENT
-// RESERVE IN gets RESERVATION CONFLICT (SPC-2 §5.5.1).
+// RESERVE IN gets RESERVATION CONFLICT (SPC-2 §5.5.1), before the service
+// action is checked.
 func (s *State) In(n Nexus, cdb []byte, dst []byte) (int, Outcome) {
 	if len(cdb) < 10 || cdb[0] != OpPersistentReserveIn {
 		return 0, badCDB(0, 7)

@@ -119,12 +119,17 @@ func ParseParams(cdb, param []byte) (Params, Outcome) {
 // INVALID FIELD IN CDB (byte 1 bit 4). SCOPE (byte 2 bits 7:4) must be
 // LU_SCOPE and TYPE (byte 2 bits 3:0) one of the six types where they are
 // used. While an SPC-2 reservation exists every PERSISTENT RESERVE OUT gets
-// RESERVATION CONFLICT (SPC-2 §5.5.1). A successful command other than
+// RESERVATION CONFLICT (SPC-2 §5.5.1), before any field is checked. A successful command other than
 // RESERVE and RELEASE increments PRgeneration, except a REGISTER of key 0
 // from an unregistered nexus, which changes nothing.
 func (s *State) Out(n Nexus, cdb, param []byte) (Effects, Outcome) {
 	if len(cdb) < 10 || cdb[0] != OpPersistentReserveOut {
 		return Effects{}, badCDB(0, 7)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rsv != nil {
+		return Effects{}, conflict
 	}
 	sa := cdb[1] & 0x1f
 	if sa > OutRegisterAndMove {
@@ -143,11 +148,6 @@ func (s *State) Out(n Nexus, cdb, param []byte) (Effects, Outcome) {
 		}
 	}
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.rsv != nil {
-		return Effects{}, conflict
-	}
 	c := s.c.clone()
 	op := outOp{
 		c: &c, cfg: &s.cfg, n: n, k: keyOf(n), p: p,

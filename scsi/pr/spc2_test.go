@@ -39,6 +39,13 @@ func TestSPC2ReserveRelease(t *testing.T) {
 		_, o := f.out(n, OutRegister, 0, basic(0, 1, 0))
 		expect("PR OUT from "+name(n), o, ReservationConflict)
 	}
+	// ... before any field is checked.
+	if _, o := f.s.Out(nB, outCDB(0x1F, 0, 3), nil); o.Reason != ReservationConflict {
+		t.Errorf("bad PR OUT under SPC-2 reservation: %v", o)
+	}
+	if _, o := f.s.In(nB, inCDB(0x1F, 8), make([]byte, 8)); o.Reason != ReservationConflict {
+		t.Errorf("bad PR IN under SPC-2 reservation: %v", o)
+	}
 	expect("B RELEASE(6): GOOD, no effect", f.s.Release(nB, release6), OK)
 	expect("still reserved", f.s.Check(nB, ClassRead), ReservationConflict)
 	expect("A RELEASE(10)", f.s.Release(nA, release10), OK)
