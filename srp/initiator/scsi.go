@@ -24,13 +24,28 @@ const (
 	opPROut           = 0x5f
 )
 
-// run executes cmd and folds a non-GOOD status into the error.
+// uaRetries is how many times a helper re-issues a command that got a
+// UNIT ATTENTION: the target did not run it, and the attention is reported
+// once per I_T nexus (the SCSI midlayer retries these too).
+const uaRetries = 3
+
+// run executes cmd and folds a non-GOOD status into the error. A UNIT
+// ATTENTION (power on, reset, mode or capacity change, ...) is logged and the
+// command re-issued.
 func (s *Session) run(ctx context.Context, cmd *Command) (Result, error) {
-	res, err := s.Execute(ctx, cmd)
-	if err != nil {
+	for i := 0; ; i++ {
+		res, err := s.Execute(ctx, cmd)
+		if err != nil {
+			return res, err
+		}
+		err = res.Err()
+		var se *SenseError
+		if i < uaRetries && errors.As(err, &se) && se.Key == SenseUnitAttention && !se.Deferred {
+			s.log.Debug("srp: unit attention, re-issuing", "lun", cmd.LUN, "sense", se.Error())
+			continue
+		}
 		return res, err
 	}
-	return res, res.Err()
 }
 
 // dataIn runs a data-in command with an n-byte buffer and returns the bytes
