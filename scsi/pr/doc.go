@@ -10,7 +10,9 @@
 // task; those are returned in [Effects]. It does not import package scsi, which
 // calls it:
 //
-//	st, _ := pr.New(pr.Config{Persister: pr.File{Path: "/var/lib/gosrp/lun0.pr"}})
+//	file := pr.File{Path: "/var/lib/gosrp/lun0.pr.json"}
+//	st := pr.New(pr.Config{Persister: file})
+//	if err := file.Restore(st); err != nil { /* corrupt image: refuse to start */ }
 //	// for every command on the logical unit, before executing it:
 //	if o := st.Check(pr.Nexus(nexus), pr.Classify(cdb)); !o.OK() { /* status */ }
 //	// PERSISTENT RESERVE IN / OUT, RESERVE / RELEASE:

@@ -92,30 +92,7 @@ const ImageVersion = 1
 // ErrBadImage is returned (wrapped) by Load for an image it cannot accept.
 var ErrBadImage = errors.New("pr: bad persistent reservation image")
 
-// The image is JSON:
-//
-//	{
-//	  "version": 1,                 // ImageVersion
-//	  "aptpl": true,                // APTPL active when saved
-//	  "registrations": [            // in registration order
-//	    {
-//	      "key": "0x0123456789abcdef", // reservation key, hex, nonzero
-//	      "initiator": "…",            // Nexus.InitiatorPortID
-//	      "target": "…",               // Nexus.TargetPortID; "" if all_tg_pt
-//	      "all_tg_pt": false,
-//	      "rtpi": 1,                   // relative target port identifier
-//	      "transport_id": "BAAAAA…"    // TransportID, base64
-//	    }
-//	  ],
-//	  "reservation": {              // absent if none
-//	    "holder": 0,                // index into registrations
-//	    "scope": 0,                 // LU_SCOPE
-//	    "type": 1                   // Type
-//	  }
-//	}
-//
-// PRgeneration is not stored: it is zero after a power on (SPC-4 §6.15.2),
-// and so after Load. SPC-2 reservations are never stored.
+// image is the JSON form of the persistent state; see State.Save.
 type image struct {
 	Version       int         `json:"version"`
 	APTPL         bool        `json:"aptpl"`
@@ -161,7 +138,32 @@ func (c *core) image() []byte {
 }
 
 // Save writes the persistent reservation image (registrations, reservation,
-// APTPL; format above) to w, whatever the APTPL state.
+// APTPL) to w, whatever the APTPL state; it is what the Persister receives.
+//
+// The image is JSON (version ImageVersion):
+//
+//	{
+//	  "version": 1,                 // ImageVersion
+//	  "aptpl": true,                // APTPL active when saved
+//	  "registrations": [            // in registration order
+//	    {
+//	      "key": "0x0123456789abcdef", // reservation key, hex, nonzero
+//	      "initiator": "…",            // Nexus.InitiatorPortID
+//	      "target": "…",               // Nexus.TargetPortID; "" if all_tg_pt
+//	      "all_tg_pt": false,
+//	      "rtpi": 1,                   // relative target port identifier
+//	      "transport_id": "BAAAAA…"    // TransportID, base64
+//	    }
+//	  ],
+//	  "reservation": {              // absent if none
+//	    "holder": 0,                // index into registrations (types 7, 8: any)
+//	    "scope": 0,                 // LU_SCOPE
+//	    "type": 1                   // Type
+//	  }
+//	}
+//
+// PRgeneration is not stored: it is zero after a power on (SPC-4 §6.15.2),
+// and so after Load. SPC-2 reservations are never stored.
 func (s *State) Save(w io.Writer) error {
 	s.mu.Lock()
 	b := s.c.image()
