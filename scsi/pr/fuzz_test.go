@@ -103,6 +103,15 @@ func FuzzOut(f *testing.F) {
 			if !o.OK() && (!bytes.Equal(img0.Bytes(), img1.Bytes()) || s.Generation() != gen0) {
 				t.Fatalf("failed command (%v) changed the state", o)
 			}
+			// While APTPL is active the persisted image is the state; after
+			// it is turned off the image is gone.
+			last, writes := m.last()
+			if s.APTPL() && !bytes.Equal(last, img1.Bytes()) {
+				t.Fatalf("persisted image differs from the state:\n%s\n%s", last, img1.Bytes())
+			}
+			if !s.APTPL() && writes > 0 && last != nil {
+				t.Fatal("image kept after APTPL was turned off")
+			}
 			s.mu.Lock()
 			c := &s.c
 			if c.res != nil && (c.byID(c.res.holder) == nil || !c.res.typ.Valid()) {
