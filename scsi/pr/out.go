@@ -334,14 +334,16 @@ func (op *outOp) unregister(id uint64) {
 	}
 }
 
-// reserve is RESERVE, SPC-4 §5.13.9.
+// reserve is RESERVE, SPC-4 §5.13.9. The reservation key is verified
+// before SCOPE and TYPE ("regardless of the SERVICE ACTION and SCOPE field
+// values", §6.16.2).
 func (op *outOp) reserve() (bool, Outcome) {
-	if o := op.checkScopeType(); !o.OK() {
-		return false, o
-	}
 	c := op.c
 	r, o := op.self()
 	if !o.OK() {
+		return false, o
+	}
+	if o := op.checkScopeType(); !o.OK() {
 		return false, o
 	}
 	switch {

@@ -92,6 +92,7 @@ func TestReserve(t *testing.T) {
 		check("type "+typ.String(), nA, 0xA, typ, 0, bad(3))
 	}
 	check("element scope", nA, 0xA, WriteExclusive, 2, bad(7))
+	check("bad type from an unregistered nexus: key first", nC, 0, 2, 0, conflict)
 	check("unregistered", nC, 0, WriteExclusive, 0, conflict)
 	check("wrong key", nA, 0xB, WriteExclusive, 0, conflict)
 	check("A reserves", nA, 0xA, WriteExclusive, 0, good)
