@@ -107,6 +107,7 @@ type channel struct {
 	pendClose  bool  // a T_LOGOUT (or LOGIN_REJ) SEND must go out before the disconnect
 	recvLens   []int // received bytes per receive slot
 	warnedLim  bool
+	inRunWait  bool
 	pool       map[int][]rdma.MemoryRegion // free data buffers by size class
 	inUse      map[rdma.MemoryRegion]struct{}
 
@@ -157,8 +158,9 @@ type tmfOp struct {
 	slot    int
 	send    int
 	tm      srp.TaskMgmt
-	waitFor int // commands (in NEED_DATA) still to finish before the core is asked
-	code    uint8
+	waitFor int   // commands (in NEED_DATA) still to finish before the core is asked
+	local   bool  // ABORT TASK of a command that never reached the core
+	code    uint8 // SRP_RSP response code
 }
 
 type readOp struct {
@@ -628,6 +630,11 @@ func (c *channel) iu(slot int) []byte {
 
 // runWait dispatches parked IUs in arrival order until one cannot run.
 func (c *channel) runWait() {
+	if c.inRunWait {
+		return // the outer call continues with the next parked IU
+	}
+	c.inRunWait = true
+	defer func() { c.inRunWait = false }()
 	for len(c.wait) > 0 && c.state == stateLive {
 		if !c.dispatch(c.wait[0]) {
 			return

@@ -398,7 +398,7 @@ func (c *channel) startTMF(slot, send int, b []byte) {
 			cmd.waiters = append(cmd.waiters, t)
 			t.waitFor++
 			if t.tm.Func == srp.TMFAbortTask {
-				t.code = srp.TMFRspComplete
+				t.local = true
 			}
 		}
 	}
@@ -415,7 +415,8 @@ func (c *channel) tmfReady(t *tmfOp) {
 		c.freeTMF(t)
 		return
 	}
-	if t.tm.Func == srp.TMFAbortTask && t.code == srp.TMFRspComplete {
+	if t.local {
+		t.code = srp.TMFRspComplete
 		c.sendTMFRsp(t)
 		return
 	}

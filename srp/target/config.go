@@ -117,8 +117,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_rsp_size: %d bytes out of range %d..%d", c.MaxRspSize, MinMaxRspSize, MaxMaxRspSize)
 	case c.SQSize < 4 || c.SQSize > 65535:
 		return fmt.Errorf("sq_size: %d work requests out of range 4..65535", c.SQSize)
-	case c.RQSize < 2 || c.RQSize > 65535:
-		return fmt.Errorf("rq_size: %d IUs out of range 2..65535", c.RQSize)
+	case c.RQSize < 1 || c.RQSize > 65535:
+		return fmt.Errorf("rq_size: %d IUs out of range 1..65535", c.RQSize)
 	case c.MaxRDMASize < 4096 || c.MaxRDMASize > 1<<30:
 		return fmt.Errorf("max_rdma_size: %d bytes out of range 4096..%d", c.MaxRDMASize, 1<<30)
 	case c.MaxDataLen < 4096 || c.MaxDataLen > 1<<30:

@@ -305,7 +305,7 @@ func (i *ini) send(iu []byte) {
 	slot := i.sends % 64
 	i.sends++
 	n := copy(i.sendMR.Bytes()[slot*8192:], iu)
-	if err := i.conn.PostSend(rdma.SendWR{ID: 1 << 32, Op: rdma.OpSend, Local: []rdma.SGE{{MR: i.sendMR, Offset: slot * 8192, Length: n}}}); err != nil {
+	if err := i.conn.PostSend(rdma.SendWR{ID: 1 << 32, Op: rdma.OpSend, Signaled: true, Local: []rdma.SGE{{MR: i.sendMR, Offset: slot * 8192, Length: n}}}); err != nil {
 		i.t.Fatalf("post send: %v", err)
 	}
 }

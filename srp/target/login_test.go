@@ -14,8 +14,8 @@ func TestLoginAccept(t *testing.T) {
 	e := newEnv(t, nil)
 	i := e.login(defaultLogin())
 	want := make([]byte, 52)
-	want[0] = 0xc0                             // SRP_LOGIN_RSP
-	binary.BigEndian.PutUint32(want[4:], 16)   // req_lim_delta = receive ring size
+	want[0] = 0xc0                           // SRP_LOGIN_RSP
+	binary.BigEndian.PutUint32(want[4:], 16) // req_lim_delta = receive ring size
 	binary.BigEndian.PutUint64(want[8:], 0x5a5a0001)
 	binary.BigEndian.PutUint32(want[16:], 8276) // max_it_iu_len = srp_max_req_size
 	binary.BigEndian.PutUint32(want[20:], 8260) // max_ti_iu_len = echo of req_it_iu_len
