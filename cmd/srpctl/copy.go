@@ -19,7 +19,7 @@ type copyFlags struct {
 	file   string
 	lba    uint64
 	count  int64 // blocks; -1 = to the end of the LUN / file
-	bs     int   // bytes per command
+	bs     string // bytes per command
 	qd     int
 	fua    bool
 	quiet  bool
@@ -32,7 +32,7 @@ func addCopyFlags(c *cobra.Command, cf *copyFlags, fileFlag, fileHelp string) {
 	f.StringVar(&cf.file, fileFlag, "", fileHelp)
 	f.Uint64Var(&cf.lba, "lba", 0, "first logical block")
 	f.Int64Var(&cf.count, "count", -1, "number of logical blocks (default: all)")
-	f.IntVar(&cf.bs, "bs", 1<<20, "bytes per command (a multiple of the block size, at most max_sect*512)")
+	f.StringVar(&cf.bs, "bs", "1m", "bytes per command, k/m suffixes (rounded down to whole blocks, at most max_sect*512)")
 	f.IntVar(&cf.qd, "qd", 8, "commands in flight")
 	f.BoolVar(&cf.quiet, "quiet", false, "no progress bar")
 	c.MarkFlagRequired(fileFlag)
@@ -96,14 +96,18 @@ func (cf *copyFlags) geometry(ctx context.Context, s *conn) (initiator.Capacity,
 	if err != nil {
 		return capy, 0, err
 	}
+	want, err := parseSize(cf.bs)
+	if err != nil {
+		return capy, 0, err
+	}
 	bsz := int(capy.BlockSize)
 	maxBytes := s.Options().MaxSect * 512
-	bs := cf.bs / bsz * bsz
+	bs := int(want) / bsz * bsz
 	if bs > maxBytes {
 		bs = maxBytes / bsz * bsz
 	}
 	if bs <= 0 {
-		return capy, 0, fmt.Errorf("--bs %d: below the %d-byte block size", cf.bs, bsz)
+		return capy, 0, fmt.Errorf("--bs %s: below the %d-byte block size", cf.bs, bsz)
 	}
 	if cf.lba > capy.LastLBA {
 		return capy, 0, fmt.Errorf("--lba %d beyond the last LBA %d", cf.lba, capy.LastLBA)

@@ -195,7 +195,7 @@ func newSCSICmd() *cobra.Command {
 	var tf targetFlags
 	var outFile string
 	var inLen int
-	var binOut bool
+	var binOut, keepUA bool
 	c := &cobra.Command{
 		Use:   "scsi TARGET CDB",
 		Short: "send a raw CDB (hex, spaces allowed) like sg_raw; --out FILE sends data-out, --in N reads N bytes of data-in",
@@ -229,6 +229,11 @@ func newSCSICmd() *cobra.Command {
 			}
 			defer s.Close()
 			sc.LUN = s.lun
+			if !keepUA {
+				// Consume pending unit attentions (power on, reset) first, as the
+				// kernel's scan does before a user's command.
+				_ = s.TestUnitReady(ctx, s.lun)
+			}
 			res, err := s.Execute(ctx, sc)
 			if err != nil {
 				return err
@@ -255,6 +260,7 @@ func newSCSICmd() *cobra.Command {
 	c.Flags().StringVar(&outFile, "out", "", "file whose contents are the data-out buffer")
 	c.Flags().IntVar(&inLen, "in", 0, "data-in buffer length in bytes")
 	c.Flags().BoolVar(&binOut, "binary", false, "write data-in to stdout as binary")
+	c.Flags().BoolVar(&keepUA, "keep-ua", false, "do not consume pending unit attentions with TEST UNIT READY first")
 	return c
 }
 

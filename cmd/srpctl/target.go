@@ -73,7 +73,9 @@ func (tf *targetFlags) options(target string) (initiator.Options, error) {
 func openDevice(o initiator.Options, log *slog.Logger) (rdma.Device, error) {
 	switch strings.ToLower(o.Transport) {
 	case "", "iwarp":
-		return iwarp.NewDevice(iwarp.Config{Logger: log}), nil
+		// Send completions on transmit, as Linux siw reports them: the
+		// initiator learns of delivery from the SRP_RSP anyway.
+		return iwarp.NewDevice(iwarp.Config{Logger: log, CompleteOnTransmit: true}), nil
 	case "verbs":
 		if !verbs.Built {
 			return nil, errors.New("transport=verbs: this srpctl was built without RDMA verbs support; rebuild with `go build -tags verbs` (needs cgo, libibverbs-dev and librdmacm-dev)")
