@@ -247,15 +247,9 @@ func (c *Conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 	for {
 		c.p.mu.Lock()
 		if len(c.cq) > 0 {
-			n := copy(out, func() []rdma.Completion {
-				k := min(len(out), len(c.cq))
-				r := make([]rdma.Completion, k)
-				for i := range r {
-					r[i] = c.cq[i].c
-				}
-				return r
-			}())
-			for _, e := range c.cq[:n] {
+			n := min(len(out), len(c.cq))
+			for i, e := range c.cq[:n] {
+				out[i] = e.c
 				c.release(e)
 			}
 			clear(c.cq[:n])

@@ -12,9 +12,9 @@
 // as a TCP or RDMA/CM connect would.
 //
 // Connect requests, replies and rejects carry at most MaxPrivateData = 196
-// bytes of private data: the size of the private data of an InfiniBand CM REP
-// (IBA vol. 1 ch. 12.6, the REP message). Real IB CM requests carry 92 bytes (56 under RDMA/CM)
-// and rejects 148; the loopback uses one limit for all three. Longer private
+// bytes of private data, the private data size of an InfiniBand CM REP
+// message (IBA vol. 1 ch. 12.6). Real IB CM requests carry 92 bytes (56 under
+// RDMA/CM) and rejects 148; the loopback uses one limit for all three. Longer private
 // data fails with rdma.ErrPrivateDataTooLong. A Reject reaches the dialer as
 // an *rdma.RejectError holding the private data.
 //
@@ -28,8 +28,8 @@
 // must fall inside that region, and the region must grant AccessRemoteWrite
 // (RDMA WRITE) or AccessRemoteRead (RDMA READ). A violation completes the work
 // request at the requester with rdma.StatusRemoteAccess and moves the queue
-// pair to the error state, as an RC QP does (IBA vol. 1 ch. 10.3 QP states; RFC 5040 §7:
-// the responder terminates the stream).
+// pair to the error state, as an RC QP does (IBA vol. 1 ch. 10.3; RFC 5040
+// §7: the responder terminates the stream).
 //
 // Zero-length RDMA WRITE and READ do not look at the RKey or address at all
 // (IBA vol. 1 ch. 9.4: a zero-length RDMA operation validates neither the
