@@ -5,6 +5,7 @@ go 1.26.0
 require github.com/spf13/cobra v1.10.2
 
 require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
