@@ -120,8 +120,10 @@ func (s *session) admit(ctx context.Context, t *task) (f failure, entered, run b
 		return f, false, false
 	}
 	if t.attr == TaskACA {
-		// No ACA condition can exist: NACA is not supported (SAM-5 §5.9.2).
-		return fail(ReasonInvalidMessage), false, false
+		// NACA is not supported, so no ACA condition exists for an ACA task
+		// to run in; LIO's transport_check_alloc_task_attr answers INVALID
+		// FIELD IN CDB (no field pointer).
+		return fail(ReasonInvalidCDBField), false, false
 	}
 	if !lu.ts.enter(ctx, t) {
 		return ok, true, false

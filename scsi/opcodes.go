@@ -152,10 +152,11 @@ func buildOpTable() *opTable {
 		{op: opPreventAllow, name: "PREVENT ALLOW MEDIUM REMOVAL", usage: []byte{0x1E, 0, 0, 0, 0x03, 0}, exec: execPreventAllow},
 		// SBC-3 §5.15 READ CAPACITY(10): LBA (2..5), PMI (8 bit 0).
 		{op: opReadCapacity10, name: "READ CAPACITY(10)", usage: []byte{0x25, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0x01, 0}, exec: execReadCapacity10},
-		// SBC-3 §5.9 READ(10): DPO, FUA, RARC (1 bits 4,3,2).
-		{op: opRead10, name: "READ(10)", usage: []byte{0x28, 0x1C, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0xFF, 0xFF, 0}, exec: execRead},
-		// SBC-3 §5.31 WRITE(10): DPO, FUA.
-		{op: opWrite10, name: "WRITE(10)", usage: []byte{0x2A, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0xFF, 0xFF, 0}, exec: execWrite},
+		// SBC-3 §5.9 READ(10): DPO, FUA, RARC, FUA_NV (1 bits 4..1); FUA_NV
+		// needs no action (no non-volatile cache).
+		{op: opRead10, name: "READ(10)", usage: []byte{0x28, 0x1E, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0xFF, 0xFF, 0}, exec: execRead},
+		// SBC-3 §5.31 WRITE(10): DPO, FUA, FUA_NV (1 bits 4, 3, 1).
+		{op: opWrite10, name: "WRITE(10)", usage: []byte{0x2A, 0x1A, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0xFF, 0xFF, 0}, exec: execWrite},
 		// SBC-3 §5.36 WRITE AND VERIFY(10): DPO, BYTCHK (1 bit 1).
 		{op: opWriteAndVerify10, name: "WRITE AND VERIFY(10)", usage: []byte{0x2E, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0xFF, 0xFF, 0}, exec: execWriteAndVerify},
 		// SBC-3 §5.27 VERIFY(10): DPO, BYTCHK (1 bits 2:1).
@@ -173,11 +174,11 @@ func buildOpTable() *opTable {
 		// SPC-4 §6.12 MODE SENSE(10): LLBAA (1 bit 4), DBD (1 bit 3).
 		{op: opModeSense10, name: "MODE SENSE(10)", usage: []byte{0x5A, 0x18, 0xFF, 0xFF, 0, 0, 0, 0xFF, 0xFF, 0}, exec: execModeSense},
 		// SBC-3 §5.11 READ(16).
-		{op: opRead16, name: "READ(16)", usage: []byte{0x88, 0x1C, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execRead},
+		{op: opRead16, name: "READ(16)", usage: []byte{0x88, 0x1E, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execRead},
 		// SBC-3 §5.2 COMPARE AND WRITE: DPO, FUA (1 bits 4,3), NUMBER OF LOGICAL BLOCKS (13).
 		{op: opCompareAndWrite, name: "COMPARE AND WRITE", usage: []byte{0x89, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0xFF, grp, 0}, exec: execCompareAndWrite},
 		// SBC-3 §5.33 WRITE(16).
-		{op: opWrite16, name: "WRITE(16)", usage: []byte{0x8A, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execWrite},
+		{op: opWrite16, name: "WRITE(16)", usage: []byte{0x8A, 0x1A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execWrite},
 		// SBC-3 §5.38 WRITE AND VERIFY(16).
 		{op: opWriteAndVerify16, name: "WRITE AND VERIFY(16)", usage: []byte{0x8E, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execWriteAndVerify},
 		// SBC-3 §5.29 VERIFY(16).
@@ -201,9 +202,9 @@ func buildOpTable() *opTable {
 		// SPC-4 §6.36 REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS: REPD (2 bit 7).
 		{op: opMaintenanceIn, sa: saReportTMFs, hasSA: true, name: "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS", usage: []byte{0xA3, 0x1F, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0}, exec: execReportTMFs},
 		// SBC-3 §5.10 READ(12).
-		{op: opRead12, name: "READ(12)", usage: []byte{0xA8, 0x1C, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execRead},
+		{op: opRead12, name: "READ(12)", usage: []byte{0xA8, 0x1E, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execRead},
 		// SBC-3 §5.32 WRITE(12).
-		{op: opWrite12, name: "WRITE(12)", usage: []byte{0xAA, 0x18, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execWrite},
+		{op: opWrite12, name: "WRITE(12)", usage: []byte{0xAA, 0x1A, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execWrite},
 		// SBC-3 §5.37 WRITE AND VERIFY(12).
 		{op: opWriteAndVerify12, name: "WRITE AND VERIFY(12)", usage: []byte{0xAE, 0x12, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execWriteAndVerify},
 		// SBC-3 §5.28 VERIFY(12).

@@ -52,17 +52,11 @@ const (
 	ReasonMiscompare                                      // 0E/1D/00 MISCOMPARE DURING VERIFY OPERATION
 	ReasonOverlappedCommands                              // 0B/4E/00 OVERLAPPED COMMANDS ATTEMPTED
 	ReasonInternalFailure                                 // 04/44/00 INTERNAL TARGET FAILURE
-	ReasonNotReadyStopped                                 // 02/04/02 LOGICAL UNIT NOT READY, INITIALIZING COMMAND REQUIRED
-	ReasonMediumRemovalPrevented                          // 05/53/02 MEDIUM REMOVAL PREVENTED
-	ReasonInvalidMessage                                  // 0B/49/00 INVALID MESSAGE ERROR
 	ReasonInvalidRelease                                  // 05/26/04 INVALID RELEASE OF PERSISTENT RESERVATION
 	ReasonInsufficientRegistrationResources               // 05/55/04 INSUFFICIENT REGISTRATION RESOURCES
 	ReasonReservationConflict                             // status RESERVATION CONFLICT, no sense
-	ReasonTaskSetFull                                     // status TASK SET FULL, no sense
-	ReasonBusy                                            // status BUSY, no sense
 	ReasonUAPowerOn                                       // 06/29/00 POWER ON, RESET, OR BUS DEVICE RESET OCCURRED
 	ReasonUALUNReset                                      // 06/29/03 BUS DEVICE RESET FUNCTION OCCURRED
-	ReasonUAITNexusLoss                                   // 06/29/07 I_T NEXUS LOSS OCCURRED
 	ReasonUAModeChanged                                   // 06/2A/01 MODE PARAMETERS CHANGED
 	ReasonUAReservationsPreempted                         // 06/2A/03 RESERVATIONS PREEMPTED
 	ReasonUAReservationsReleased                          // 06/2A/04 RESERVATIONS RELEASED
@@ -70,7 +64,6 @@ const (
 	ReasonUACapacityChanged                               // 06/2A/09 CAPACITY DATA HAS CHANGED
 	ReasonUACommandsCleared                               // 06/2F/00 COMMANDS CLEARED BY ANOTHER INITIATOR
 	ReasonUALUNsChanged                                   // 06/3F/0E REPORTED LUNS DATA HAS CHANGED
-	ReasonUAInquiryChanged                                // 06/3F/03 INQUIRY DATA HAS CHANGED
 	numReasons
 )
 
@@ -98,17 +91,11 @@ var reasonTable = [numReasons]reasonEntry{
 	ReasonMiscompare:                        {StatusCheckCondition, SenseMiscompare, 0x1D, 0x00},
 	ReasonOverlappedCommands:                {StatusCheckCondition, SenseAbortedCommand, 0x4E, 0x00},
 	ReasonInternalFailure:                   {StatusCheckCondition, SenseHardwareError, 0x44, 0x00},
-	ReasonNotReadyStopped:                   {StatusCheckCondition, SenseNotReady, 0x04, 0x02},
-	ReasonMediumRemovalPrevented:            {StatusCheckCondition, SenseIllegalRequest, 0x53, 0x02},
-	ReasonInvalidMessage:                    {StatusCheckCondition, SenseAbortedCommand, 0x49, 0x00},
 	ReasonInvalidRelease:                    {StatusCheckCondition, SenseIllegalRequest, 0x26, 0x04},
 	ReasonInsufficientRegistrationResources: {StatusCheckCondition, SenseIllegalRequest, 0x55, 0x04},
 	ReasonReservationConflict:               {StatusReservationConflict, 0, 0, 0},
-	ReasonTaskSetFull:                       {StatusTaskSetFull, 0, 0, 0},
-	ReasonBusy:                              {StatusBusy, 0, 0, 0},
 	ReasonUAPowerOn:                         {StatusCheckCondition, SenseUnitAttention, 0x29, 0x00},
 	ReasonUALUNReset:                        {StatusCheckCondition, SenseUnitAttention, 0x29, 0x03},
-	ReasonUAITNexusLoss:                     {StatusCheckCondition, SenseUnitAttention, 0x29, 0x07},
 	ReasonUAModeChanged:                     {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x01},
 	ReasonUAReservationsPreempted:           {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x03},
 	ReasonUAReservationsReleased:            {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x04},
@@ -116,7 +103,6 @@ var reasonTable = [numReasons]reasonEntry{
 	ReasonUACapacityChanged:                 {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x09},
 	ReasonUACommandsCleared:                 {StatusCheckCondition, SenseUnitAttention, 0x2F, 0x00},
 	ReasonUALUNsChanged:                     {StatusCheckCondition, SenseUnitAttention, 0x3F, 0x0E},
-	ReasonUAInquiryChanged:                  {StatusCheckCondition, SenseUnitAttention, 0x3F, 0x03},
 }
 
 // Status returns the SCSI status byte for r.

@@ -180,9 +180,9 @@ func TestReportOpcodes(t *testing.T) {
 	// One command, READ(16): SUPPORT 011b, CDB SIZE 16, usage data
 	// (SPC-4 §6.35.3 table 294).
 	one := []byte{0xA3, 0x0C, 0x01, 0x88, 0, 0, 0, 0, 1, 0, 0, 0}
-	wantBytes(t, "RSOC READ(16)", f.in(one, 256), hx(`00 03 00 10 88 1c ffffffffffffffff ffffffff 3f 00`))
+	wantBytes(t, "RSOC READ(16)", f.in(one, 256), hx(`00 03 00 10 88 1e ffffffffffffffff ffffffff 3f 00`))
 	one[2] = 0x81 // RCTD: CTDP and the timeouts descriptor
-	wantBytes(t, "RSOC READ(16) RCTD", f.in(one, 256), hx(`00 83 00 10 88 1c ffffffffffffffff ffffffff 3f 00 000a 00 00 00000001 0000001e`))
+	wantBytes(t, "RSOC READ(16) RCTD", f.in(one, 256), hx(`00 83 00 10 88 1e ffffffffffffffff ffffffff 3f 00 000a 00 00 00000001 0000001e`))
 	// Not supported opcode: SUPPORT 001b.
 	one[2], one[3] = 0x01, 0xC5
 	wantBytes(t, "RSOC unsupported", f.in(one, 256), hx(`00 01 00 00`))

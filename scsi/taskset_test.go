@@ -259,3 +259,13 @@ func TestSessionClose(t *testing.T) {
 		t.Fatalf("after Close: %+v", r)
 	}
 }
+
+// An ACA task cannot exist without an ACA condition (NACA unsupported):
+// INVALID FIELD IN CDB, as LIO.
+func TestACAAttribute(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	r := f.s.Execute(testCtx(t), &Command{Tag: 7, CDB: cdbTUR(), Attr: TaskACA})
+	if s := wantSense(t, r, SenseIllegalRequest, 0x24, 0x00); s.SKSValid {
+		t.Fatal("field pointer for a task attribute")
+	}
+}
