@@ -18,7 +18,7 @@ type copyFlags struct {
 	targetFlags
 	file   string
 	lba    uint64
-	count  int64 // blocks; -1 = to the end of the LUN / file
+	count  int64  // blocks; -1 = to the end of the LUN / file
 	bs     string // bytes per command
 	qd     int
 	fua    bool
