@@ -4,7 +4,7 @@ import "fmt"
 
 // DescFormat is a data buffer descriptor format code: the high nibble of
 // SRP_CMD buf_fmt for DATA-OUT, the low nibble for DATA-IN (T10 SRP r16a
-// §5.2.2 and §6.8 table 15; SRP-2 adds immediate data).
+// SRP_CMD; SRP-2 adds immediate data).
 type DescFormat uint8
 
 // Descriptor formats.
@@ -30,7 +30,7 @@ func (f DescFormat) String() string {
 	return fmt.Sprintf("DescFormat(%d)", uint8(f))
 }
 
-// Task attributes in SRP_CMD task_attr (T10 SRP r16a §6.8 table 14).
+// Task attributes in SRP_CMD task_attr (T10 SRP r16a).
 const (
 	TaskAttrSimple      uint8 = 0 // SIMPLE
 	TaskAttrHeadOfQueue uint8 = 1 // HEAD OF QUEUE
@@ -57,7 +57,7 @@ func getDirect(p []byte) DirectBuf {
 }
 
 // MaxAddCDBLen is the largest additional CDB length in bytes: add_cdb_len
-// bits 7..2 count 4-byte words (T10 SRP r16a §6.8).
+// bits 7..2 count 4-byte words (T10 SRP r16a).
 const MaxAddCDBLen = 252
 
 // MaxCDBLen is the largest CDB an SRP_CMD carries: 16 + MaxAddCDBLen bytes.
@@ -136,7 +136,7 @@ func (d *DataBuf) wireLen() int {
 	return 0
 }
 
-// Cmd is SRP_CMD (T10 SRP r16a §6.8; struct srp_cmd, 48 bytes plus
+// Cmd is SRP_CMD (T10 SRP r16a; struct srp_cmd, 48 bytes plus
 // add_data: the additional CDB bytes, then the DATA-OUT descriptor, then the
 // DATA-IN descriptor; SRP-2 immediate data at ImmDataOffset).
 type Cmd struct {

@@ -3,8 +3,8 @@ package srp
 import "fmt"
 
 // BufFormats is the 16-bit supported-buffer-format mask of SRP_LOGIN_REQ
-// req_buf_fmt, SRP_LOGIN_RSP buf_fmt and SRP_LOGIN_REJ buf_fmt (T10 SRP r16a
-// §6.3 table 8).
+// req_buf_fmt, SRP_LOGIN_RSP buf_fmt and SRP_LOGIN_REJ buf_fmt (T10 SRP r16a;
+// include/scsi/srp.h SRP_BUF_FORMAT_*).
 type BufFormats uint16
 
 // Supported buffer formats.
@@ -13,7 +13,7 @@ const (
 	BufFmtIndirect BufFormats = 0x0004 // SRP_BUF_FORMAT_INDIRECT: indirect data buffer descriptors
 )
 
-// LoginReqFlags is SRP_LOGIN_REQ req_flags (T10 SRP r16a §6.2 table 7;
+// LoginReqFlags is SRP_LOGIN_REQ req_flags (T10 SRP r16a;
 // SRP-2 IMMED_REQUESTED).
 type LoginReqFlags uint8
 
@@ -28,7 +28,7 @@ const (
 	LoginImmRequested LoginReqFlags = 0x80 // SRP_IMMED_REQUESTED (SRP-2): initiator wants to send immediate data
 )
 
-// LoginRspFlags is SRP_LOGIN_RSP rsp_flags (T10 SRP r16a §6.3 table 9;
+// LoginRspFlags is SRP_LOGIN_RSP rsp_flags (T10 SRP r16a;
 // SRP-2 IMMED_SUPP).
 type LoginRspFlags uint8
 
@@ -46,7 +46,7 @@ const (
 // SRP_IMM_DATA_OFFSET).
 const DefaultImmDataOffset = CmdSize + 16 + ImmBufSize
 
-// LoginRequest is SRP_LOGIN_REQ (T10 SRP r16a §6.2; struct srp_login_req,
+// LoginRequest is SRP_LOGIN_REQ (T10 SRP r16a; struct srp_login_req,
 // 64 bytes).
 type LoginRequest struct {
 	Tag uint64 // tag
@@ -172,7 +172,7 @@ func UnmarshalLoginRequestRDMA(b []byte) (*LoginRequest, error) {
 	return &lr, nil
 }
 
-// LoginResponse is SRP_LOGIN_RSP (T10 SRP r16a §6.3; struct srp_login_rsp,
+// LoginResponse is SRP_LOGIN_RSP (T10 SRP r16a; struct srp_login_rsp,
 // 52 bytes).
 type LoginResponse struct {
 	// ReqLimDelta is the initial request limit in IUs (req_lim_delta).
@@ -232,8 +232,7 @@ func UnmarshalLoginResponse(b []byte) (*LoginResponse, error) {
 	return r, r.Unmarshal(b)
 }
 
-// RejectReason is the SRP_LOGIN_REJ reason code (T10 SRP r16a §6.4 table
-// 11; enum srp_login_rej_reason).
+// RejectReason is the SRP_LOGIN_REJ reason code (T10 SRP r16a; enum srp_login_rej_reason).
 type RejectReason uint32
 
 // Login reject reasons.
@@ -265,7 +264,7 @@ func (r RejectReason) String() string {
 	return fmt.Sprintf("SRP_LOGIN_REJ_REASON(%#08x)", uint32(r))
 }
 
-// LoginReject is SRP_LOGIN_REJ (T10 SRP r16a §6.4; struct srp_login_rej,
+// LoginReject is SRP_LOGIN_REJ (T10 SRP r16a; struct srp_login_rej,
 // 32 bytes).
 type LoginReject struct {
 	Reason RejectReason // reason

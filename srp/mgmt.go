@@ -2,7 +2,7 @@ package srp
 
 import "fmt"
 
-// TMF is the SRP_TSK_MGMT tsk_mgmt_func code (T10 SRP r16a §6.7 table 16;
+// TMF is the SRP_TSK_MGMT tsk_mgmt_func code (T10 SRP r16a;
 // SAM task management functions).
 type TMF uint8
 
@@ -33,15 +33,16 @@ func (t TMF) String() string {
 }
 
 // TMF response codes carried in byte 3 of the 4-byte response data of the
-// SRP_RSP answering an SRP_TSK_MGMT (T10 SRP r16a §6.9 table 24).
+// SRP_RSP answering an SRP_TSK_MGMT (T10 SRP r16a SRP_RSP response codes;
+// Linux ib_srpt srpt_build_tskmgmt_rsp).
 const (
 	TMFRspComplete     uint8 = 0x00 // TASK MANAGEMENT FUNCTION COMPLETE
-	TMFRspInvalidIU    uint8 = 0x02 // INVALID INFORMATION UNIT
+	TMFRspInvalidIU    uint8 = 0x02 // request fields invalid
 	TMFRspNotSupported uint8 = 0x04 // TASK MANAGEMENT FUNCTION NOT SUPPORTED
 	TMFRspFailed       uint8 = 0x05 // TASK MANAGEMENT FUNCTION FAILED
 )
 
-// TaskMgmt is SRP_TSK_MGMT (T10 SRP r16a §6.7; struct srp_tsk_mgmt, 48
+// TaskMgmt is SRP_TSK_MGMT (T10 SRP r16a; struct srp_tsk_mgmt, 48
 // bytes).
 type TaskMgmt struct {
 	SolNot uint8  // sol_not
@@ -97,7 +98,7 @@ func UnmarshalTaskMgmt(b []byte) (*TaskMgmt, error) {
 	return t, t.Unmarshal(b)
 }
 
-// ILogout is SRP_I_LOGOUT (T10 SRP r16a §6.6; struct srp_i_logout, 16
+// ILogout is SRP_I_LOGOUT (T10 SRP r16a; struct srp_i_logout, 16
 // bytes).
 type ILogout struct {
 	Tag uint64 // tag
@@ -135,8 +136,7 @@ func UnmarshalILogout(b []byte) (*ILogout, error) {
 	return l, l.Unmarshal(b)
 }
 
-// TLogoutReason is the SRP_T_LOGOUT reason code (T10 SRP r16a §6.8 table
-// 18).
+// TLogoutReason is the SRP_T_LOGOUT reason code (T10 SRP r16a).
 type TLogoutReason uint32
 
 // Target logout reasons. 0x00000005 and 0x0000000a-0x0000ffff are reserved;
@@ -176,7 +176,7 @@ func (r TLogoutReason) String() string {
 	return fmt.Sprintf("reserved (%#08x)", uint32(r))
 }
 
-// TLogout is SRP_T_LOGOUT (T10 SRP r16a §6.8; struct srp_t_logout, 16
+// TLogout is SRP_T_LOGOUT (T10 SRP r16a; struct srp_t_logout, 16
 // bytes).
 type TLogout struct {
 	SolNot uint8         // sol_not
@@ -218,7 +218,7 @@ func UnmarshalTLogout(b []byte) (*TLogout, error) {
 	return l, l.Unmarshal(b)
 }
 
-// CredReq is SRP_CRED_REQ (T10 SRP r16a §6.10; struct srp_cred_req, 16
+// CredReq is SRP_CRED_REQ (T10 SRP r16a; struct srp_cred_req, 16
 // bytes): the target grants ReqLimDelta more request credits.
 type CredReq struct {
 	SolNot      uint8  // sol_not
@@ -260,7 +260,7 @@ func UnmarshalCredReq(b []byte) (*CredReq, error) {
 	return c, c.Unmarshal(b)
 }
 
-// CredRsp is SRP_CRED_RSP (T10 SRP r16a §6.11; struct srp_cred_rsp, 16
+// CredRsp is SRP_CRED_RSP (T10 SRP r16a; struct srp_cred_rsp, 16
 // bytes).
 type CredRsp struct {
 	Tag uint64 // tag, echoed from the SRP_CRED_REQ
@@ -298,7 +298,7 @@ func UnmarshalCredRsp(b []byte) (*CredRsp, error) {
 	return c, c.Unmarshal(b)
 }
 
-// AerReq is SRP_AER_REQ (T10 SRP r16a §6.12; struct srp_aer_req, 36 bytes
+// AerReq is SRP_AER_REQ (T10 SRP r16a; struct srp_aer_req, 36 bytes
 // plus sense data): an asynchronous event with sense data for a LUN.
 type AerReq struct {
 	SolNot      uint8  // sol_not
@@ -363,7 +363,7 @@ func UnmarshalAerReq(b []byte) (*AerReq, error) {
 	return a, a.Unmarshal(b)
 }
 
-// AerRsp is SRP_AER_RSP (T10 SRP r16a §6.13; struct srp_aer_rsp, 16 bytes).
+// AerRsp is SRP_AER_RSP (T10 SRP r16a; struct srp_aer_rsp, 16 bytes).
 type AerRsp struct {
 	Tag uint64 // tag, echoed from the SRP_AER_REQ
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// Opcode is the IU type code in byte 0 of every SRP IU (T10 SRP r16a §5.1,
-// table 5; include/scsi/srp.h).
+// Opcode is the IU type code in byte 0 of every SRP IU (T10 SRP r16a;
+// include/scsi/srp.h).
 type Opcode uint8
 
 // IU type codes.
@@ -70,7 +70,7 @@ type IU interface {
 	Marshal() ([]byte, error)
 }
 
-// Fixed IU sizes in bytes (include/scsi/srp.h; T10 SRP r16a §6).
+// Fixed IU sizes in bytes (include/scsi/srp.h; T10 SRP r16a).
 const (
 	LoginReqSize     = 64 // struct srp_login_req
 	LoginReqRDMASize = 56 // struct srp_login_req_rdma

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// PortID is a 16-byte SRP port identifier (T10 SRP r16a §3.1.36, §B.4): an
+// PortID is a 16-byte SRP port identifier (T10 SRP r16a): an
 // 8-byte identifier extension followed by an 8-byte EUI-64. For an initiator
 // port Linux sends initiator_ext || port GUID; for a target port id_ext ||
 // ioc_guid.

@@ -1,6 +1,6 @@
 package srp
 
-// RspFlags is SRP_RSP flags (T10 SRP r16a §6.9 table 21).
+// RspFlags is SRP_RSP flags (T10 SRP r16a).
 type RspFlags uint8
 
 // SRP_RSP flags.
@@ -13,7 +13,7 @@ const (
 	DataInUnder  RspFlags = 0x20 // SRP_RSP_FLAG_DIUNDER: data_in_res_cnt is an underflow
 )
 
-// Rsp is SRP_RSP (T10 SRP r16a §6.9; struct srp_rsp, 36 bytes, then
+// Rsp is SRP_RSP (T10 SRP r16a; struct srp_rsp, 36 bytes, then
 // resp_data_len bytes of response data, then sense_data_len bytes of sense
 // data).
 //
