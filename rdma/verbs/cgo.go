@@ -274,6 +274,14 @@ static struct ibv_mr *gs_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int a
 }
 static int gs_comp_fd(struct ibv_comp_channel *ch) { return ch->fd; }
 static int gs_cm_fd(struct rdma_event_channel *ch) { return ch->fd; }
+static int gs_query_rd(struct ibv_qp *qp, int *ord, int *ird) {
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	if (ibv_query_qp(qp, &a, IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC, &ia) != 0) return errno;
+	*ord = a.max_rd_atomic;
+	*ird = a.max_dest_rd_atomic;
+	return 0;
+}
 static struct ibv_qp *gs_id_qp(struct rdma_cm_id *id) { return id->qp; }
 */
 import "C"
@@ -595,12 +603,18 @@ func (m *mr) Bytes() []byte       { return m.buf }
 func (m *mr) Addr() uint64        { return uint64(uintptr(unsafe.Pointer(&m.buf[0]))) }
 func (m *mr) Access() rdma.Access { return m.access }
 func (m *mr) LKey() uint32 {
+	k, _ := m.lkey()
+	return k
+}
+
+// lkey returns the local key, or false once deregistered.
+func (m *mr) lkey() (uint32, bool) {
 	m.d.mu.Lock()
 	defer m.d.mu.Unlock()
 	if m.mr == nil {
-		return 0
+		return 0, false
 	}
-	return uint32(m.mr.lkey)
+	return uint32(m.mr.lkey), true
 }
 func (m *mr) RKey() uint32 {
 	m.d.mu.Lock()
@@ -782,6 +796,9 @@ func (r *connReq) Reject(pd []byte) error {
 	if r.decided {
 		return errors.New("verbs: connect request already decided")
 	}
+	if len(pd) > r.d.MaxPrivateData() {
+		return rdma.ErrPrivateDataTooLong
+	}
 	r.decided = true
 	var p unsafe.Pointer
 	if len(pd) > 0 {
@@ -801,9 +818,8 @@ func (r *connReq) Accept(ctx context.Context, cfg rdma.QPConfig, pd []byte) (rdm
 		return nil, errors.New("verbs: connect request already decided")
 	}
 	r.decided = true
-	if len(pd) > 255 {
-		C.gs_reject(r.id, nil, 0)
-		C.rdma_destroy_id(r.id)
+	if len(pd) > r.d.MaxPrivateData() {
+		r.decided = false
 		return nil, rdma.ErrPrivateDataTooLong
 	}
 	if C.gs_id_verbs(r.id) != r.d.ctx {
@@ -819,8 +835,8 @@ func (r *connReq) Accept(ctx context.Context, cfg rdma.QPConfig, pd []byte) (rdm
 	}
 	// Responder resources: RDMA READs the peer may have outstanding against
 	// us, bounded by what it asked to issue (its initiator depth).
-	c.caps.IRD = minPos(cfg.IRD, 4, r.idep, r.d.lim.maxRdAtom)
-	c.caps.ORD = minPos(cfg.ORD, 4, r.rr, r.d.lim.maxRdAtom)
+	c.caps.IRD = pick(cfg.IRD, 4, r.idep, r.d.lim.maxRdAtom)
+	c.caps.ORD = pick(cfg.ORD, 4, r.rr, r.d.lim.maxRdAtom)
 	var p unsafe.Pointer
 	if len(pd) > 0 {
 		p = C.CBytes(pd)
@@ -838,18 +854,18 @@ func (r *connReq) Accept(ctx context.Context, cfg rdma.QPConfig, pd []byte) (rdm
 	return c, nil
 }
 
-func minPos(def int, vals ...int) int {
-	m := def
-	if m <= 0 {
-		m = vals[0]
-		vals = vals[1:]
+// pick returns v, or def when v is not positive, capped by every positive
+// limit.
+func pick(v, def int, limits ...int) int {
+	if v <= 0 {
+		v = def
 	}
-	for _, v := range vals {
-		if v > 0 && v < m {
-			m = v
+	for _, l := range limits {
+		if l > 0 && l < v {
+			v = l
 		}
 	}
-	return m
+	return v
 }
 
 // Dial resolves addr through RDMA/CM, creates the QP and connects with
@@ -906,8 +922,8 @@ func (d *Device) Dial(ctx context.Context, addr string, cfg rdma.QPConfig, priva
 	if err != nil {
 		return fail(err)
 	}
-	c.caps.IRD = minPos(cfg.IRD, 4, d.lim.maxRdAtom)
-	c.caps.ORD = minPos(cfg.ORD, 4, d.lim.maxRdAtom)
+	c.caps.IRD = pick(cfg.IRD, 4, d.lim.maxRdAtom)
+	c.caps.ORD = pick(cfg.ORD, 4, d.lim.maxRdAtom)
 	var p unsafe.Pointer
 	if len(privateData) > 0 {
 		p = C.CBytes(privateData)
@@ -964,6 +980,7 @@ type conn struct {
 	sendDone  uint64 // every send sequence below this has completed
 	sendIDs   []uint64
 	sendOps   []rdma.Opcode
+	reads     int // RDMA READs posted and not yet completed (against ORD)
 	recvSeq   uint64
 	recvDone  uint64
 	recvIDs   []uint64
@@ -978,9 +995,9 @@ type conn struct {
 }
 
 func (d *Device) newConn(id *C.struct_rdma_cm_id, cfg rdma.QPConfig) (*conn, error) {
-	send := minPos(cfg.SendDepth, 256, d.lim.maxQPWR)
-	recv := minPos(cfg.RecvDepth, 256, d.lim.maxQPWR)
-	sge := minPos(cfg.MaxSGE, 16, d.lim.maxSGE)
+	send := pick(cfg.SendDepth, 256, d.lim.maxQPWR)
+	recv := pick(cfg.RecvDepth, 256, d.lim.maxQPWR)
+	sge := pick(cfg.MaxSGE, 16, d.lim.maxSGE)
 	c := &conn{d: d, id: id, cmEvents: make(chan cmEvent, 8), done: make(chan struct{})}
 	if c.cch = C.ibv_create_comp_channel(d.ctx); c.cch == nil {
 		return nil, errors.New("verbs: ibv_create_comp_channel failed")
@@ -1034,11 +1051,15 @@ func (c *conn) waitEstablished(ctx context.Context) ([]byte, error) {
 			case C.RDMA_CM_EVENT_ESTABLISHED:
 				c.local = sockAddr(C.rdma_get_local_addr(c.id))
 				c.peer = sockAddr(C.rdma_get_peer_addr(c.id))
-				if e.rr > 0 && e.rr < c.caps.ORD {
-					c.caps.ORD = e.rr
-				}
-				if e.idep > 0 && e.idep < c.caps.IRD {
-					c.caps.IRD = e.idep
+				// RDMA/CM programmed the QP with the negotiated depths.
+				var ord, ird C.int
+				if C.gs_query_rd(c.qp, &ord, &ird) == 0 {
+					if ord > 0 {
+						c.caps.ORD = int(ord)
+					}
+					if ird > 0 {
+						c.caps.IRD = int(ird)
+					}
 				}
 				return e.pd, nil
 			case C.RDMA_CM_EVENT_REJECTED:
@@ -1116,9 +1137,9 @@ func (c *conn) sge(s rdma.SGE) (C.struct_ibv_sge, error) {
 	if s.Bytes() == nil {
 		return C.struct_ibv_sge{}, fmt.Errorf("%w: SGE [%d,+%d) outside its %d-byte region", rdma.ErrInvalidWR, s.Offset, s.Length, len(m.buf))
 	}
-	lkey := m.LKey()
-	if m.mr == nil {
-		return C.struct_ibv_sge{}, rdma.ErrDeregistered
+	lkey, ok := m.lkey()
+	if !ok {
+		return C.struct_ibv_sge{}, fmt.Errorf("%w: %w", rdma.ErrInvalidWR, rdma.ErrDeregistered)
 	}
 	return C.struct_ibv_sge{addr: C.uint64_t(m.Addr() + uint64(s.Offset)), length: C.uint32_t(s.Length), lkey: C.uint32_t(lkey)}, nil
 }
@@ -1140,7 +1161,25 @@ func (c *conn) postSend(wrs []rdma.SendWR) error {
 	if c.closing {
 		return rdma.ErrClosed
 	}
-	if int(c.sendSeq-c.sendDone)+len(wrs) > len(c.sendIDs) {
+	// Post what fits; the rest fails with ErrQueueFull.
+	room := len(c.sendIDs) - int(c.sendSeq-c.sendDone)
+	reads := c.reads
+	full := false
+	for i, w := range wrs {
+		if i >= room {
+			full = true
+		} else if w.Op == rdma.OpRDMARead {
+			if reads >= c.caps.ORD {
+				full = true
+			}
+			reads++
+		}
+		if full {
+			wrs = wrs[:i]
+			break
+		}
+	}
+	if len(wrs) == 0 {
 		return rdma.ErrQueueFull
 	}
 	c.wrs = c.wrs[:0]
@@ -1172,6 +1211,9 @@ func (c *conn) postSend(wrs []rdma.SendWR) error {
 			g.flags |= C.IBV_SEND_SOLICITED
 		}
 		for _, s := range w.Local {
+			if m, ok := s.MR.(*mr); ok && w.Op == rdma.OpRDMARead && m.access&(rdma.AccessLocalWrite|rdma.AccessRemoteWrite) == 0 {
+				return fmt.Errorf("%w: RDMA READ into a region without local write access", rdma.ErrInvalidWR)
+			}
 			cs, err := c.sge(s)
 			if err != nil {
 				return err
@@ -1189,6 +1231,9 @@ func (c *conn) postSend(wrs []rdma.SendWR) error {
 	for i := 0; i < int(posted); i++ {
 		slot := (c.sendSeq + uint64(i)) % uint64(len(c.sendIDs))
 		c.sendIDs[slot], c.sendOps[slot] = wrs[i].ID, wrs[i].Op
+		if wrs[i].Op == rdma.OpRDMARead {
+			c.reads++
+		}
 	}
 	c.sendSeq += uint64(posted)
 	if rc != 0 {
@@ -1196,6 +1241,9 @@ func (c *conn) postSend(wrs []rdma.SendWR) error {
 			return rdma.ErrQueueFull
 		}
 		return fmt.Errorf("verbs: ibv_post_send: %w", syscall.Errno(rc))
+	}
+	if full {
+		return rdma.ErrQueueFull
 	}
 	return nil
 }
@@ -1373,7 +1421,13 @@ func (c *conn) pollOnce(out []rdma.Completion) (n int, drained bool, err error) 
 		} else {
 			slot := id % uint64(len(c.sendIDs))
 			comp.ID, comp.Op = c.sendIDs[slot], c.sendOps[slot]
-			c.sendDone = id + 1
+			// A completion implies every earlier send WR completed: release
+			// their slots and ORD credits.
+			for ; c.sendDone <= id; c.sendDone++ {
+				if c.sendOps[c.sendDone%uint64(len(c.sendIDs))] == rdma.OpRDMARead {
+					c.reads--
+				}
+			}
 		}
 		if st != rdma.StatusSuccess {
 			comp.Err = fmt.Errorf("verbs: %v (vendor error %#x)", st, uint32(w.vendor_err))

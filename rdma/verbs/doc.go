@@ -17,6 +17,19 @@
 // channel's file descriptor is non-blocking), so Poll honours its context.
 // Memory passed to Register stays pinned (runtime.Pinner) until Deregister,
 // as the cgo rules require for memory the adapter keeps using.
+//
+// Where the hardware differs from the rdma contract's ideal:
+//   - On InfiniBand and RoCE the connection manager carries private data in
+//     fixed-size CM messages: the receiver sees it zero-padded (56 bytes in
+//     a connect request, 196 in a reply, 148 in a reject). SRP IUs are
+//     decoded from the front, so the padding is harmless.
+//   - Completions carry no solicited-event flag (ibv_wc has none).
+//   - A SEND larger than the receive buffer is reported as the provider
+//     chooses (rxe: local QP operation error, not local length error).
+//   - SEND with Invalidate needs memory registered for remote invalidation
+//     (fast-registration MRs); plain registrations refuse it.
+//   - On iWARP a bad remote access reaches the requester through a
+//     Terminate; siw then reports a local QP operation error.
 package verbs
 
 import "errors"

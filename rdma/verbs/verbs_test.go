@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/rdma/rdmatest"
 )
 
 // The tests need an RDMA device with an IP address: GOSRP_VERBS_DEVICE names
@@ -175,4 +176,28 @@ func TestRejectCarriesPrivateData(t *testing.T) {
 	if !errors.As(err, &rej) || !bytes.HasPrefix(rej.PrivateData, []byte("no-way")) {
 		t.Fatalf("Dial error %v, want RejectError with private data", err)
 	}
+}
+
+// TestConformance runs the provider-independent suite on the device. On
+// iWARP devices a remote access error reaches the requester as a Terminate,
+// which siw reports with another status than InfiniBand's remote access
+// error, so the suite runs on InfiniBand/RoCE devices only.
+func TestConformance(t *testing.T) {
+	d, addr := testDevice(t)
+	if d.info.Transport == "iWARP" {
+		t.Skip("conformance suite expects InfiniBand remote access error statuses")
+	}
+	name := d.info.Name
+	rdmatest.Run(t, func(tb testing.TB) (rdma.Device, rdma.Device, string) {
+		a, err := Open(Config{DeviceName: name})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		b, err := Open(Config{DeviceName: name})
+		if err != nil {
+			a.Close()
+			tb.Fatal(err)
+		}
+		return a, b, net.JoinHostPort(addr, "0")
+	})
 }
