@@ -449,6 +449,23 @@ func (o *TargetOptions) String() string {
 	return sb.String()
 }
 
-// TargetPortID returns id_ext || ioc_guid, the target port ID ib_srp logs
-// in to (SRP r16a order).
-func (o *TargetOptions) TargetPortID() PortID { return NewPortID(o.IDExt, o.IOCGUID) }
+// TargetPortID returns the target port ID ib_srp puts in its login request:
+// id_ext || ioc_guid, or ioc_guid || id_ext when io_class is 0xff00 (SRP
+// r10 order) (ib_srp srp_send_req).
+func (o *TargetOptions) TargetPortID() PortID {
+	if o.IOClass == IOClassSRPRev10 {
+		return NewPortID(o.IOCGUID, o.IDExt)
+	}
+	return NewPortID(o.IDExt, o.IOCGUID)
+}
+
+// InitiatorPortID returns the initiator port ID ib_srp sends for this
+// target: initiator_ext || interfaceID (the interface ID, i.e. the low 8
+// bytes, of the local port's GID), swapped when io_class is 0xff00 (ib_srp
+// srp_send_req). The Topspin/Cisco workaround of ib_srp is not applied.
+func (o *TargetOptions) InitiatorPortID(interfaceID uint64) PortID {
+	if o.IOClass == IOClassSRPRev10 {
+		return NewPortID(interfaceID, o.InitiatorExt)
+	}
+	return NewPortID(o.InitiatorExt, interfaceID)
+}

@@ -19,6 +19,24 @@ func TestTargetOptionsLab(t *testing.T) {
 	if o.TargetPortID().String() != "000000fffe000001000000fffe000001" {
 		t.Fatal(o.TargetPortID())
 	}
+	if p := o.InitiatorPortID(0); p.String() != "fe800000000000000000000000000000" {
+		t.Fatal(p)
+	}
+	// The lab's siw login: initiator_ext is the first half of GID
+	// 0200:0000:0002:0000:0:0:0:0 and the interface ID (second half) is
+	// zero, giving the initiator port ID of the capture.
+	siw, err := ParseTargetOptions("id_ext=000000fffe000001,ioc_guid=000000fffe000001,initiator_ext=0200000000020000,dest=[2001:db8::2]:5555")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := siw.InitiatorPortID(0); p.String() != "02000000000200000000000000000000" {
+		t.Fatal(p)
+	}
+	r10 := TargetOptions{IDExt: 1, IOCGUID: 2, InitiatorExt: 3, IOClass: IOClassSRPRev10}
+	if r10.TargetPortID().String() != "00000000000000020000000000000001" ||
+		r10.InitiatorPortID(4).String() != "00000000000000040000000000000003" {
+		t.Fatal(r10.TargetPortID(), r10.InitiatorPortID(4))
+	}
 	if s := o.String(); s != "id_ext=000000fffe000001,ioc_guid=000000fffe000001,dest=192.0.2.1:5555,initiator_ext=fe80000000000000" {
 		t.Fatal(s)
 	}
