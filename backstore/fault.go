@@ -1,6 +1,9 @@
 package backstore
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // Fault wraps a Backstore and injects errors, for tests of error mapping
 // (in the manner of pebble's errorfs). Its zero hooks pass everything
@@ -81,4 +84,12 @@ func (f *Fault) Unmap(off, length int64) error {
 		return u.Unmap(off, length)
 	}
 	return writeZeros(f.Backstore, off, length)
+}
+
+// Resize implements Resizer when the inner backstore does.
+func (f *Fault) Resize(size int64) error {
+	if r, ok := f.Backstore.(Resizer); ok {
+		return r.Resize(size)
+	}
+	return errors.New("backstore: inner backstore cannot be resized")
 }
