@@ -159,7 +159,8 @@ func (b *File) Sync() error {
 }
 
 // Unmap implements Unmapper: fallocate(PUNCH_HOLE|KEEP_SIZE) for files,
-// BLKDISCARD for block devices. If the filesystem does not support hole
+// BLKDISCARD for block devices (which must read discarded blocks back as
+// zeros, as the logical unit reports LBPRZ=1). If the filesystem does not support hole
 // punching, zeros are written instead so reads still return zeros.
 func (b *File) Unmap(off, length int64) error {
 	if off < 0 || length < 0 || off > b.Size() || length > b.Size()-off {
@@ -169,8 +170,7 @@ func (b *File) Unmap(off, length int64) error {
 		return nil
 	}
 	if b.block {
-		r := [2]uint64{uint64(off), uint64(length)}
-		return ioctl(b.fd, blkDiscard, unsafe.Pointer(&r))
+		return b.discard(off, length)
 	}
 	b.mu.RLock()
 	np := b.noPunch
@@ -188,6 +188,31 @@ func (b *File) Unmap(off, length int64) error {
 		b.mu.Unlock()
 	}
 	return writeZeros(b, off, length)
+}
+
+// discard deallocates a block device range with BLKDISCARD. The kernel
+// only discards whole logical blocks, so an unaligned head or tail is
+// written with zeros instead.
+func (b *File) discard(off, length int64) error {
+	lbs := int64(max(b.lbs, 512))
+	end := off + length
+	start := (off + lbs - 1) / lbs * lbs
+	stop := end / lbs * lbs
+	if start >= stop {
+		return writeZeros(b, off, length)
+	}
+	if start > off {
+		if err := writeZeros(b, off, start-off); err != nil {
+			return err
+		}
+	}
+	if end > stop {
+		if err := writeZeros(b, stop, end-stop); err != nil {
+			return err
+		}
+	}
+	r := [2]uint64{uint64(start), uint64(stop - start)}
+	return ioctl(b.fd, blkDiscard, unsafe.Pointer(&r))
 }
 
 func writeZeros(w io.WriterAt, off, length int64) error {
