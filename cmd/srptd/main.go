@@ -407,4 +407,3 @@ func splitHostPort(a string) (string, string, error) {
 	}
 	return h, p, nil
 }
-

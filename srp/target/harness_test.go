@@ -66,6 +66,12 @@ type fakeCore struct {
 	nexus    []scsi.Nexus
 }
 
+func (f *fakeCore) setHook(h func(ctx context.Context, cmd *scsi.Command) (scsi.Result, bool)) {
+	f.mu.Lock()
+	f.hook = h
+	f.mu.Unlock()
+}
+
 func newFakeCore() *fakeCore {
 	return &fakeCore{mem: make([]byte, 4<<20), running: map[uint64]context.CancelFunc{}}
 }

@@ -1,0 +1,48 @@
+// Package target is the SRP target engine: it plays the part of Linux
+// ib_srpt on top of any rdma.Device, and hands SCSI commands to the SCSI
+// core through scsi.Session.
+//
+// A Port is one SRP target port, named by its service GUID (target port ID
+// = id_ext || ioc_guid, T10 SRP r16a §4.5). Port.Serve accepts connect
+// requests; the SRP_LOGIN_REQ travels as the request's private data in the
+// 56-byte RDMA/CM form of Linux (struct srp_login_req_rdma), or as a 64-byte
+// SRP_LOGIN_REQ; with empty private data the connection is accepted and the
+// login is expected as the first IU (answered with a SEND). Logins are
+// checked in ib_srpt's order and refused with the matching SRP_LOGIN_REJ
+// reason (see Port.HandleConnRequest).
+//
+// Each accepted connection is a channel with the ib_srpt life cycle
+// CONNECTING → LIVE → DISCONNECTING → DRAINING → DISCONNECTED, written as a
+// pure transition function (step) whose effects a single loop goroutine per
+// channel carries out. That goroutine owns the channel's receive ring,
+// send ring, credits and commands; SCSI commands run in their own
+// goroutines (bounded by the receive ring) so the receive path never waits
+// for a backstore.
+//
+// # Choices beyond or unlike ib_srpt
+//
+//   - No zero-length RDMA WRITE after accept: ib_srpt posts one to learn
+//     that an InfiniBand CM connection is established when the RTU may be
+//     lost; rdma.ConnRequest.Accept returns an established connection, so
+//     the channel goes LIVE at once.
+//   - Indirect descriptors whose table is only partly inline are served:
+//     the table is fetched with an RDMA READ (ib_srpt answers BUSY).
+//   - Malformed descriptors, bidirectional commands and transfers over
+//     Config.MaxDataLen get CHECK CONDITION, ILLEGAL REQUEST, INVALID FIELD
+//     IN CDB (05/24/00) instead of BUSY. A reused outstanding tag gets
+//     ABORTED COMMAND, OVERLAPPED COMMANDS ATTEMPTED (0B/4E/00).
+//   - Credits: an SRP_CMD or SRP_TSK_MGMT received while the initiator held
+//     no credit is logged once per channel and processed anyway (it arrived
+//     in a posted receive buffer; if no response context is free it is
+//     parked and replayed in order). Credit of requests that end without a
+//     response (aborted commands, IUs too short to carry a tag) is carried
+//     by the next SRP_RSP, or by an SRP_CRED_REQ when nothing is
+//     outstanding to carry it.
+//   - SRP_I_LOGOUT closes the channel. An unknown IU type gets SRP_T_LOGOUT
+//     with reason 2 (invalid IU type) and the channel closes. SRP_CRED_RSP
+//     and SRP_AER_RSP are accepted and spend no credit.
+//   - The multichannel rejection (0x10005) and unsupported-buffer-format
+//     rejection (0x10004) are checked; ib_srpt checks neither.
+//   - IU-form logins (empty private data) set up the receive ring before the
+//     login is known, aligned for immediate data at offset 68 (ib_srp's).
+package target
