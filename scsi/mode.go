@@ -135,7 +135,9 @@ func execModeSense(c *cmdCtx) failure {
 		if p == nil {
 			return badCDB(2, 5)
 		}
-		if sub != 0 {
+		// Subpage FFh asks for every subpage of the page: here only
+		// subpage 0 exists.
+		if sub != 0 && sub != 0xFF {
 			return badCDB(3, -1)
 		}
 		body = append(body, p...)
@@ -197,7 +199,7 @@ func execModeSelect(c *cmdCtx) failure {
 	} else {
 		plen, hl = int(c.cdb[4]), 4
 	}
-	if f := c.needsDataOut(plen); f.failed() {
+	if f := c.needsParamList(plen); f.failed() {
 		return f
 	}
 	if plen == 0 {

@@ -134,3 +134,17 @@ func TestQErrAbortsOnCheckCondition(t *testing.T) {
 		t.Fatalf("QERR=01b did not abort the running task: %+v", r)
 	}
 }
+
+func TestModeSubpageFFAndLongParamList(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	wantBytes(t, "08/FF", f.in([]byte{0x1A, 0x08, 0x08, 0xFF, 255, 0}, 255), hx(`17 00 10 00`+pgCaching))
+	wantField(t, f.run(f.s, 0, []byte{0x1A, 0x08, 0x08, 0x01, 255, 0}, nil, 255), 0x24, true, 3, -1)
+	// A data-out longer than the PARAMETER LIST LENGTH: the excess is ignored.
+	cdb, p := modeSelect10(hx(pgControl))
+	r := f.run(f.s, 0, cdb, append(p, 0xEE, 0xEE), 0)
+	if r.Status != StatusGood || r.DataOutUsed != len(p) || r.DataOutWanted != len(p) {
+		t.Fatalf("%+v", r)
+	}
+	// Shorter: INVALID FIELD IN COMMAND INFORMATION UNIT.
+	wantSense(t, f.run(f.s, 0, cdb, p[:len(p)-1], 0), SenseIllegalRequest, 0x0E, 0x03)
+}

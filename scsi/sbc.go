@@ -73,6 +73,18 @@ func (c *cmdCtx) needsDataOut(want int) failure {
 	return ok
 }
 
+// needsParamList checks the data-out holds the CDB's PARAMETER LIST
+// LENGTH. Unlike data CDBs, a longer data-out is accepted and the excess
+// ignored (an overflow residual), as LIO does for non-data commands.
+func (c *cmdCtx) needsParamList(plen int) failure {
+	c.res.DataOutWanted = plen
+	if len(c.cmd.DataOut) < plen {
+		return fail(ReasonInvalidCommandIU)
+	}
+	c.res.DataOutUsed = plen
+	return ok
+}
+
 // execRead: READ(6/10/12/16), SBC-3 §5.9–5.13. Data goes straight from the
 // backstore into the command's data-in buffer. DPO and FUA need no action:
 // the backstore holds no data that is not already readable.
@@ -411,7 +423,7 @@ func execUnmap(c *cmdCtx) failure {
 		return fail(ReasonWriteProtected)
 	}
 	plen := int(be16(c.cdb[7:]))
-	if f := c.needsDataOut(plen); f.failed() {
+	if f := c.needsParamList(plen); f.failed() {
 		return f
 	}
 	if plen == 0 {
