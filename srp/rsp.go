@@ -123,3 +123,10 @@ func (r *Rsp) TMFCode() (uint8, bool) {
 	}
 	return r.RespData[3], true
 }
+
+// NewTMFRsp returns the SRP_RSP answering an SRP_TSK_MGMT as Linux ib_srpt
+// builds it (srpt_build_tskmgmt_rsp): flags RspValid, status GOOD, 4 bytes
+// of response data with code (TMFRspComplete, TMFRspFailed, ...) in byte 3.
+func NewTMFRsp(tag uint64, reqLimDelta uint32, code uint8) *Rsp {
+	return &Rsp{ReqLimDelta: reqLimDelta, Tag: tag, Flags: RspValid, RespData: []byte{0, 0, 0, code}}
+}

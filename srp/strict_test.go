@@ -149,3 +149,10 @@ func TestCmdEncodeErrors(t *testing.T) {
 		t.Fatalf("17-byte CDB: %v %x", err, b)
 	}
 }
+
+func TestNewTMFRsp(t *testing.T) {
+	b, err := NewTMFRsp(0x10, 2, TMFRspFailed).Marshal()
+	if err != nil || !bytes.Equal(b, goldenBytes(t, "rsp_tmf")) {
+		t.Fatalf("%v %x", err, b)
+	}
+}
