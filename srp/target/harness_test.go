@@ -158,7 +158,7 @@ func (s *fakeSession) Close() {
 
 // env is one target port on a loopback network.
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	nw   *loopback.Network
 	tdev *loopback.Device
 	dev  *trackDev
@@ -168,7 +168,7 @@ type env struct {
 	ctx  context.Context
 }
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() && os.Getenv("SRPT_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -181,6 +181,15 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	if dl, ok := t.Deadline(); ok {
 		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-5*time.Second))
 	}
+	return setupEnv(t, ctx, cancel, mod)
+}
+
+func newEnvB(b *testing.B) *env {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	return setupEnv(b, ctx, cancel, nil)
+}
+
+func setupEnv(t testing.TB, ctx context.Context, cancel context.CancelFunc, mod func(*Config)) *env {
 	nw := loopback.NewNetwork()
 	tdev := nw.NewDevice("target")
 	e := &env{t: t, nw: nw, tdev: tdev, dev: &trackDev{Device: tdev}, core: newFakeCore(), addr: "srpt", ctx: ctx}
@@ -225,7 +234,7 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 // ini is a fake SRP initiator: it encodes IUs with package srp and reads
 // the target's IUs back raw.
 type ini struct {
-	t      *testing.T
+	t      testing.TB
 	e      *env
 	dev    *loopback.Device
 	conn   rdma.Conn

@@ -1,0 +1,148 @@
+package target
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"testing"
+
+	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/srp"
+)
+
+// TestLoginIUForm: with empty connect private data the login comes as the
+// first IU (64-byte SRP_LOGIN_REQ) and the answer as a SEND.
+func TestLoginIUForm(t *testing.T) {
+	e := newEnv(t, nil)
+	i, _, err := e.dialRaw(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr := defaultLogin()
+	i.sendIU(&lr)
+	got := i.next()
+	want := make([]byte, 52)
+	want[0] = 0xc0
+	binary.BigEndian.PutUint32(want[4:], 16)
+	binary.BigEndian.PutUint64(want[8:], 0x5a5a0001)
+	binary.BigEndian.PutUint32(want[16:], 8276)
+	binary.BigEndian.PutUint32(want[20:], 8260)
+	binary.BigEndian.PutUint16(want[24:], 6)
+	want[26] = 0x80
+	if !bytes.Equal(got, want) {
+		t.Fatalf("LOGIN_RSP\n got % x\nwant % x", got, want)
+	}
+	_, d := i.buf(0, 4096)
+	src, _ := i.buf(8192, 4096)
+	fill(src, 3)
+	_, s := i.buf(8192, 4096)
+	i.sendIU(&srp.Cmd{Tag: 1, CDB: cdb10(0x2a, 0, 8), DataOut: direct(s)})
+	checkGood(t, i.rspIU(), 1)
+	i.sendIU(&srp.Cmd{Tag: 2, CDB: cdb10(0x28, 0, 8), DataIn: direct(d)})
+	checkGood(t, i.rspIU(), 2)
+	if dst, _ := i.buf(0, 4096); !bytes.Equal(dst, src) {
+		t.Fatal("data differs")
+	}
+
+	// A rejected IU-form login gets SRP_LOGIN_REJ in a SEND, then the
+	// connection closes.
+	j, _, err := e.dialRaw(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lr.TargetPortID[0] ^= 0xff
+	j.sendIU(&lr)
+	ius := j.waitClosed()
+	if len(ius) != 1 || len(ius[0]) != 32 || ius[0][0] != 0xc2 || binary.BigEndian.Uint32(ius[0][4:]) != 0x10003 {
+		t.Fatalf("got % x", ius)
+	}
+}
+
+// TestLUNMapping: an ACL's LUN map renumbers LUNs, hides the others, and
+// REPORT LUNS lists only the mapped ones.
+func TestLUNMapping(t *testing.T) {
+	m, err := ParseInitiator(testInitiator.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, func(c *Config) {
+		c.DemoMode = false
+		c.ACLs = []ACL{{Initiator: m, LUNs: map[uint64]uint64{0: 7, 3: 2}}}
+	})
+	var seen []uint64
+	e.core.setHook(func(ctx context.Context, cmd *scsi.Command) (scsi.Result, bool) {
+		seen = append(seen, cmd.LUN)
+		return scsi.Result{}, true
+	})
+	i := e.login(defaultLogin())
+	_, d := i.buf(0, 256)
+	rl := make([]byte, 16)
+	rl[0] = 0xa0
+	binary.BigEndian.PutUint32(rl[6:], 256)
+	i.sendIU(&srp.Cmd{Tag: 1, CDB: rl, DataIn: direct(d)})
+	r := i.rspIU()
+	if r.Status != 0 || r.DataInResCnt != 256-24 {
+		t.Fatalf("REPORT LUNS rsp %+v", r)
+	}
+	data, _ := i.buf(0, 24)
+	want := []byte{0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0}
+	if !bytes.Equal(data, want) {
+		t.Fatalf("REPORT LUNS data % x", data)
+	}
+	i.sendIU(&srp.Cmd{Tag: 2, LUN: scsi.EncodeLUN(3), CDB: make([]byte, 16)})
+	checkGood(t, i.rspIU(), 2)
+	i.sendIU(&srp.Cmd{Tag: 3, LUN: scsi.EncodeLUN(1), CDB: make([]byte, 16)})
+	checkSense(t, i.rspIU(), 3, 0x05, 0x25, 0x00)
+	if len(seen) != 1 || seen[0] != scsi.EncodeLUN(2) {
+		t.Fatalf("core saw LUNs %x, want [%x]", seen, scsi.EncodeLUN(2))
+	}
+	i.sendIU(&srp.TaskMgmt{Tag: 4, Func: srp.TMFLUNReset, LUN: scsi.EncodeLUN(1)})
+	if code, ok := i.rspIU().TMFCode(); !ok || code != 0x09 {
+		t.Fatalf("TMF on unmapped LUN: code %d", code)
+	}
+}
+
+// BenchmarkIO4K measures 4 KiB READ and WRITE commands per second over the
+// loopback provider, 16 commands in flight.
+func BenchmarkIO4K(b *testing.B) {
+	for _, op := range []struct {
+		name string
+		code byte
+	}{{"read", 0x28}, {"write", 0x2a}} {
+		b.Run(op.name, func(b *testing.B) {
+			e := newEnvB(b)
+			i := e.login(defaultLogin())
+			const depth = 16
+			descs := make([]srp.DirectBuf, depth)
+			for k := range descs {
+				_, descs[k] = i.buf(k*4096, 4096)
+			}
+			cmd := func(tag uint64) srp.IU {
+				c := &srp.Cmd{Tag: tag, CDB: cdb10(op.code, uint32(tag%512)*8, 8)}
+				if op.code == 0x28 {
+					c.DataIn = direct(descs[tag%depth])
+				} else {
+					c.DataOut = direct(descs[tag%depth])
+				}
+				return c
+			}
+			b.ResetTimer()
+			sent := 0
+			for ; sent < depth && sent < b.N; sent++ {
+				i.sendIU(cmd(uint64(sent)))
+			}
+			for done := 0; done < b.N; done++ {
+				r := i.rspIU()
+				if r.Status != 0 {
+					b.Fatalf("status %#x", r.Status)
+				}
+				if sent < b.N {
+					i.sendIU(cmd(r.Tag + depth))
+					sent++
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "IOPS")
+		})
+	}
+}
