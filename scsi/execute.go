@@ -104,8 +104,9 @@ func (s *session) Execute(ctx context.Context, cmd *Command) Result {
 func (s *session) admit(ctx context.Context, t *task) (f failure, entered, run bool) {
 	c, lu := &t.cmdCtx, t.cmdCtx.lu
 	op := c.cdb[0]
-	// Unit attention (SAM-5 §5.14, SPC-4 §5.9): INQUIRY, REPORT LUNS and
-	// REQUEST SENSE neither report nor clear it.
+	// Unit attention (SAM-5 §5.14): INQUIRY and REPORT LUNS neither report
+	// nor clear it; REQUEST SENSE returns it as its parameter data and
+	// clears it (execRequestSense) instead of failing.
 	if op == opInquiry || op == opReportLUNs || op == opRequestSense {
 		lu.touch(s.key)
 	} else if r := lu.takeUA(s.key); r != ReasonNone {

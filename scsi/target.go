@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -80,7 +79,7 @@ func NewTarget(cfg TargetConfig) *Target {
 		ports:    make(map[uint16]struct{}),
 	}
 	if t.log == nil {
-		t.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+		t.log = slog.New(slog.DiscardHandler)
 	}
 	if t.clock == nil {
 		t.clock = systemClock{}
