@@ -26,6 +26,7 @@ type txState struct {
 	w     io.Writer
 	arena []byte
 	iov   [][]byte
+	bufs  net.Buffers
 	bytes int
 	start int // iov index of the FPDU being built
 	pad   int
@@ -54,8 +55,10 @@ func (t *txState) flush() {
 		return
 	}
 	raceRelease()
-	bufs := net.Buffers(t.iov)
-	_, err := bufs.WriteTo(t.w)
+	// A field, so WriteTo's pointer receiver does not move it to the heap.
+	t.bufs = t.iov
+	_, err := t.bufs.WriteTo(t.w)
+	t.bufs = nil
 	if err != nil {
 		t.err = err
 	}

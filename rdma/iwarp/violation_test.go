@@ -544,3 +544,64 @@ func TestListenerRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerToPeerRTR: in RFC 6581 peer-to-peer mode the request offers the
+// Write and Read RTRs (80 04 c0 04 with IRD 4, ORD 4), and after the reply's
+// choice the first FPDU is that RTR: a zero-length RDMA Write (STag 0, TO 0)
+// or a zero-length RDMA Read Request, whose zero-length Read Response the
+// initiator consumes.
+func TestPeerToPeerRTR(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply string
+		rtr   []byte
+	}{
+		{"write", "80 04 80 04", tagged(0xc1, 0x40, 0, 0, nil)},
+		{"read", "80 04 40 04", readReq(1, 0, 0, 0, 0, 0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, ch := rawListen(t)
+			dev := NewDevice(Config{PeerToPeer: true})
+			defer dev.Close()
+			type res struct {
+				c   rdma.Conn
+				err error
+			}
+			dr := make(chan res, 1)
+			go func() {
+				c, _, err := dev.Dial(testCtx(t), ln.Addr().String(), rdma.QPConfig{IRD: 4, ORD: 4}, nil)
+				dr <- res{c, err}
+			}()
+			nc := <-ch
+			req := make([]byte, 24)
+			io.ReadFull(nc, req)
+			if want := unhex(t, hexKeyReq+"10 02 00 04 80 04 c0 04"); !bytes.Equal(req, want) {
+				t.Fatalf("request %x, want %x", req, want)
+			}
+			nc.Write(unhex(t, hexKeyRep+"10 02 00 04"+tc.reply))
+			got := make([]byte, len(fpduBytes(tc.rtr, false)))
+			if _, err := io.ReadFull(nc, got); err != nil {
+				t.Fatal(err)
+			}
+			if want := fpduBytes(tc.rtr, false); !bytes.Equal(got, want) {
+				t.Fatalf("RTR %x, want %x", got, want)
+			}
+			if tc.name == "read" {
+				nc.Write(fpduBytes(tagged(0xc1, 0x42, 0, 0, nil), false))
+			}
+			r := <-dr
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			defer r.c.Close()
+			rb, _ := dev.Register(make([]byte, 4), rdma.AccessLocalWrite)
+			if err := r.c.PostRecv(rdma.RecvWR{ID: 1, Local: rdma.SGE{MR: rb, Length: 4}}); err != nil {
+				t.Fatal(err)
+			}
+			nc.Write(fpduBytes(untagged(0x41, 0x43, 0, 0, 1, 0, []byte("ok")), false))
+			if c := pollOne(t, r.c); c.Status != rdma.StatusSuccess || c.ByteLen != 2 {
+				t.Fatalf("completion %+v (err %v)", c, r.c.Err())
+			}
+		})
+	}
+}
