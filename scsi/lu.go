@@ -66,6 +66,9 @@ type LUConfig struct {
 	// PhysicalBlockExponent is LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT of
 	// READ CAPACITY(16) (SBC-3 §5.16.2).
 	PhysicalBlockExponent uint8
+	// ModePages keeps saved mode page values (MODE SELECT SP=1); nil means
+	// saving is not supported (SAVING PARAMETERS NOT SUPPORTED).
+	ModePages ModePageStore
 	// Reservations is the logical unit's reservation state (persistent
 	// reservations and SPC-2 RESERVE/RELEASE). Nil means a fresh
 	// pr.New(pr.Config{}) without persistence.
@@ -115,6 +118,7 @@ type LogicalUnit struct {
 	uas      map[string][]Reason
 	prevent  map[string]bool
 	modeDefs modePages // default values
+	saved    modePages // saved values (modeDefs without a store)
 }
 
 // NewLogicalUnit validates cfg and returns a logical unit.
@@ -204,7 +208,19 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	}
 	lu.blocks.Store(uint64(cfg.Backstore.Size()) >> lu.shift)
 	lu.modeDefs = defaultModePages(lu)
-	lu.mode = lu.modeDefs
+	lu.saved = lu.modeDefs
+	if cfg.ModePages != nil {
+		img, err := cfg.ModePages.Load()
+		if err != nil {
+			return nil, fmt.Errorf("scsi: loading saved mode pages: %w", err)
+		}
+		if img != nil {
+			if lu.saved, err = fromImage(lu.modeDefs, lu.changeableModePages(), img); err != nil {
+				return nil, err
+			}
+		}
+	}
+	lu.mode = lu.saved
 	lu.applyModeLocked()
 	lu.uas = make(map[string][]Reason)
 	lu.prevent = make(map[string]bool)

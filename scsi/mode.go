@@ -108,7 +108,7 @@ func execModeSense(c *cmdCtx) failure {
 	} else {
 		alloc = int(c.cdb[4])
 	}
-	if pc == 3 {
+	if pc == 3 && lu.cfg.ModePages == nil {
 		return fail(ReasonSavingNotSupported)
 	}
 	var pages modePages
@@ -121,6 +121,16 @@ func execModeSense(c *cmdCtx) failure {
 		pages = lu.changeableModePages()
 	case 2:
 		pages = lu.modeDefs
+	case 3:
+		lu.mu.Lock()
+		pages = lu.saved
+		lu.mu.Unlock()
+	}
+	if lu.cfg.ModePages != nil {
+		// PS: the pages are savable (SPC-4 §7.5.7).
+		for _, p := range modePageOrder {
+			pages.page(p)[0] |= 0x80
+		}
 	}
 	var body []byte
 	if code == 0x3F {
@@ -187,8 +197,9 @@ func execModeSense(c *cmdCtx) failure {
 
 // execModeSelect: MODE SELECT(6) SPC-4 §6.9, MODE SELECT(10) §6.10. Only
 // bits in the changeable mask may differ from the current values; any other
-// difference is INVALID FIELD IN PARAMETER LIST pointing at it. Pages are
-// not savable (SP=1 is INVALID FIELD IN CDB). A change gives the other
+// difference is INVALID FIELD IN PARAMETER LIST pointing at it. SP=1 saves
+// the pages through LUConfig.ModePages (without one, SP=1 is INVALID FIELD
+// IN CDB). A change gives the other
 // I_T nexuses MODE PARAMETERS CHANGED (SPC-4 §7.5.2).
 func execModeSelect(c *cmdCtx) failure {
 	lu := c.lu
@@ -205,7 +216,8 @@ func execModeSelect(c *cmdCtx) failure {
 	if plen == 0 {
 		return ok
 	}
-	if c.cdb[1]&0x01 != 0 {
+	save := c.cdb[1]&0x01 != 0
+	if save && lu.cfg.ModePages == nil {
 		return badCDB(1, 0)
 	}
 	if c.cdb[1]&0x10 == 0 {
@@ -296,6 +308,14 @@ func execModeSelect(c *cmdCtx) failure {
 		}
 		copy(cur, np[:len(cur)])
 		off += len(cur)
+	}
+	if save && next != lu.saved {
+		// SP=1: every savable page is saved, those sent included.
+		if err := lu.cfg.ModePages.Save(next.image()); err != nil {
+			lu.log.Warn("scsi: saving mode pages failed", "err", err)
+			return fail(ReasonInternalFailure)
+		}
+		lu.saved = next
 	}
 	if next != lu.mode {
 		lu.mode = next

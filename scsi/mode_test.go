@@ -148,3 +148,44 @@ func TestModeSubpageFFAndLongParamList(t *testing.T) {
 	// Shorter: INVALID FIELD IN COMMAND INFORMATION UNIT.
 	wantSense(t, f.run(f.s, 0, cdb, p[:len(p)-1], 0), SenseIllegalRequest, 0x0E, 0x03)
 }
+
+func TestSavedModePages(t *testing.T) {
+	store := ModePageFile{Path: t.TempDir() + "/lun0.mode"}
+	fb := backstore.NewFault(backstore.NewRAM(1 << 20))
+	f := newFixture(t, LUConfig{Backstore: fb, ModePages: store})
+	// PS=1 on every page (SPC-4 §7.5.7); saved values start as defaults.
+	wantBytes(t, "saved caching", f.in([]byte{0x1A, 0x08, 0xC8, 0, 255, 0}, 255), hx(`17 00 10 00 88`+pgCaching[2:]))
+	// MODE SELECT(6) with SP=1: WCE=1 and D_SENSE=1 become current and saved.
+	param := append(hx(`00 00 00 00`), hx(`08 12 04 00 00 00 00 00 00 00 00 00 20 00 00 00 00 00 00 00`)...)
+	param = append(param, hx(`0a 0a 06 10 00 40 00 00 ff ff 00 1e`)...)
+	f.good([]byte{0x15, 0x11, 0, 0, byte(len(param)), 0}, param)
+	wantBytes(t, "saved control", f.in([]byte{0x1A, 0x08, 0xCA, 0, 255, 0}, 255), hx(`0f 00 10 00 8a 0a 06 10 00 40 00 00 ff ff 00 1e`))
+	// A later SP=0 change is current only; LUN RESET restores the saved values.
+	cdb, p := modeSelect10(hx(pgCaching))
+	f.good(cdb, p)
+	if f.lu.wce.Load() {
+		t.Fatal("WCE still set")
+	}
+	if resp := f.s.TaskManagement(testCtx(t), TMFLUNReset, 0, 0); resp != TMFComplete {
+		t.Fatal(resp)
+	}
+	if !f.lu.wce.Load() || !f.lu.dsense() {
+		t.Fatal("LUN RESET did not restore saved values")
+	}
+	// A new logical unit on the same store starts from the saved values.
+	lu2, err := NewLogicalUnit(LUConfig{Backstore: backstore.NewFault(backstore.NewRAM(1 << 20)), ModePages: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !lu2.wce.Load() || !lu2.dsense() {
+		t.Fatal("saved values not loaded")
+	}
+	// A damaged image is refused.
+	bad := ModePageFile{Path: t.TempDir() + "/bad.mode"}
+	if err := bad.Save([]byte{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewLogicalUnit(LUConfig{Backstore: backstore.NewRAM(1 << 20), ModePages: bad}); err == nil {
+		t.Fatal("damaged image accepted")
+	}
+}
