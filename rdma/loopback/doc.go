@@ -66,7 +66,10 @@
 // Work executes synchronously inside PostSend and PostRecv (and inside a timer
 // callback for the optional RNR timeout and injected delays), under one mutex
 // shared by the two ends of a connection, so the outcome of any sequence of
-// posts is deterministic and there are no per-connection goroutines.
+// posts is deterministic and there are no per-connection goroutines. A
+// consequence for upper layers: a buffer reused right after PostSend returns
+// usually goes unnoticed here, while real providers read it later; run such
+// code against rdma/iwarp too (or use a Fault with Delay to hold the work).
 //
 // # Queue limits
 //

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"runtime"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -789,4 +792,31 @@ func TestNoGoroutinesAfterTimers(t *testing.T) {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+func TestLoggerGetsQPErrors(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	h := slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, &slog.HandlerOptions{Level: slog.LevelDebug})
+	dc, _, dd, _ := connect(t, rdma.QPConfig{}, rdma.QPConfig{}, WithLogger(slog.New(h)))
+	loc := mustReg(t, dd, 8, 0)
+	if err := dc.PostSend(rdma.SendWR{ID: 1, Op: rdma.OpRDMAWrite, Local: []rdma.SGE{{MR: loc, Length: 8}}, Remote: rdma.RemoteAddr{RKey: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(buf.String(), "loopback QP error") || !strings.Contains(buf.String(), "op=RDMA_WRITE") {
+		t.Fatalf("log lacks the QP error:\n%s", buf.String())
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

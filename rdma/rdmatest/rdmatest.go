@@ -796,6 +796,15 @@ func testWriteRead(t *testing.T, f Factory) {
 		{size - 1, sge(sink2, 4095, 1)},
 		{777, []rdma.SGE{{MR: sink2, Offset: 1, Length: 100}, {MR: sink1, Offset: 9, Length: 5000}}},
 	}
+	// A region granting only remote read (no local write) is readable.
+	ro := e.reg(e.a, 100, rdma.AccessRemoteRead, 11)
+	if err := d.PostSend(rdmaWR(99, rdma.OpRDMARead, sge(sink2, 0, 100), ro, 0)); err != nil {
+		t.Fatalf("read of a remote-read-only region: %v", err)
+	}
+	want(t, e.pollN(d, 1)[0], 99, rdma.OpRDMARead, rdma.StatusSuccess)
+	if !bytes.Equal(sink2.Bytes()[:100], ro.Bytes()) {
+		t.Fatal("read of a remote-read-only region: data differs")
+	}
 	for i, tc := range reads {
 		if err := d.PostSend(rdmaWR(uint64(100+i), rdma.OpRDMARead, tc.sges, tgt, tc.off)); err != nil {
 			t.Fatalf("read %d: %v", i, err)
