@@ -194,6 +194,76 @@ func TestConnectSendRecvWriteRead(t *testing.T) {
 	}
 }
 
+// TestNegotiation: CRC is used when either side asks (RFC 5044 §7.1); a
+// revision 1 responder answers a revision 2 request with revision 1 and no
+// IRD/ORD word; IRD/ORD follow RFC 6581 §5.
+func TestNegotiation(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		client, srv  Config
+		cq, sq       rdma.QPConfig
+		crc          bool
+		cCaps, sCaps [2]int // IRD, ORD
+	}{
+		{"responder asks CRC", Config{}, Config{CRC: true}, rdma.QPConfig{IRD: 3, ORD: 5}, rdma.QPConfig{IRD: 4, ORD: 2}, true, [2]int{2, 4}, [2]int{4, 2}},
+		{"v1 responder", Config{}, Config{MPARevision: 1}, rdma.QPConfig{IRD: 3, ORD: 5}, rdma.QPConfig{IRD: 4, ORD: 2}, false, [2]int{3, 5}, [2]int{4, 2}},
+		{"ORD cut to peer IRD", Config{}, Config{}, rdma.QPConfig{IRD: 8, ORD: 8}, rdma.QPConfig{IRD: 2, ORD: 6}, false, [2]int{6, 2}, [2]int{2, 6}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			sdev, cdev := NewDevice(tc.srv), NewDevice(tc.client)
+			defer sdev.Close()
+			defer cdev.Close()
+			ln, err := sdev.Listen(ctx, "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := make(chan rdma.Conn, 1)
+			go func() {
+				r, err := ln.Accept(ctx)
+				if err != nil {
+					ch <- nil
+					return
+				}
+				c, _ := r.Accept(ctx, tc.sq, []byte("r"))
+				ch <- c
+			}()
+			cc, pd, err := cdev.Dial(ctx, ln.Addr().String(), tc.cq, []byte("q"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := <-ch
+			if sc == nil {
+				t.Fatal("accept failed")
+			}
+			if string(pd) != "r" {
+				t.Fatalf("reply private data %q", pd)
+			}
+			if cc.(*conn).crc != tc.crc || sc.(*conn).crc != tc.crc {
+				t.Fatalf("CRC client %v server %v, want %v", cc.(*conn).crc, sc.(*conn).crc, tc.crc)
+			}
+			if g := cc.Caps(); [2]int{g.IRD, g.ORD} != tc.cCaps {
+				t.Errorf("client IRD/ORD %d/%d, want %v", g.IRD, g.ORD, tc.cCaps)
+			}
+			if g := sc.Caps(); [2]int{g.IRD, g.ORD} != tc.sCaps {
+				t.Errorf("server IRD/ORD %d/%d, want %v", g.IRD, g.ORD, tc.sCaps)
+			}
+			// Data still flows.
+			rb := mustReg(t, sc, sdev, make([]byte, 8), rdma.AccessLocalWrite)
+			sc.PostRecv(rdma.RecvWR{ID: 1, Local: rdma.SGE{MR: rb, Length: 8}})
+			sb := mustReg(t, cc, cdev, []byte("payload!"), 0)
+			if err := cc.PostSend(rdma.SendWR{ID: 2, Op: rdma.OpSend, Local: []rdma.SGE{{MR: sb, Length: 8}}}); err != nil {
+				t.Fatal(err)
+			}
+			if c := pollOne(t, sc); c.Status != rdma.StatusSuccess || string(rb.Bytes()) != "payload!" {
+				t.Fatalf("completion %+v", c)
+			}
+			cc.Close()
+			sc.Close()
+		})
+	}
+}
+
 func TestCloseFlushesAndNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	func() {

@@ -249,10 +249,20 @@ func (m *memoryRegion) Deregister() error {
 	return nil
 }
 
-// Register registers buf. RemoteWrite requires LocalWrite (as in verbs).
+// Register registers buf. RemoteWrite requires LocalWrite (as in verbs);
+// a closed device returns rdma.ErrClosed. The STag (LKey = RKey) is a 24-bit
+// index and an 8-bit key, never 0; Addr is a tagged offset base unique on
+// the device (regions get disjoint, page-aligned ranges), not a process
+// address.
 func (d *Device) Register(buf []byte, access rdma.Access) (rdma.MemoryRegion, error) {
 	if access&rdma.AccessRemoteWrite != 0 && access&rdma.AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("iwarp: register: remote write needs local write: %w", rdma.ErrInvalidWR)
+	}
+	d.mu.Lock()
+	closed := d.closed
+	d.mu.Unlock()
+	if closed {
+		return nil, rdma.ErrClosed
 	}
 	d.mrMu.Lock()
 	defer d.mrMu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"time"
 
 	"github.com/gosrp/gosrp/rdma"
 )
@@ -231,6 +232,9 @@ func (c *conn) writer() {
 				c.term = nil
 				c.mu.Unlock()
 				if term != nil {
+					// A write cut short by fail's deadline may leave a
+					// partial FPDU; the Terminate is still worth a try.
+					c.nc.SetWriteDeadline(time.Now().Add(terminateWriteTimeout))
 					t.err = nil
 					t.reset()
 					t.emitTerminate(term)
