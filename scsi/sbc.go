@@ -2,6 +2,7 @@ package scsi
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 )
 
@@ -259,6 +260,9 @@ func execVerify(c *cmdCtx) failure {
 		chunk := min(uint64(n), uint64(1<<20)/bsz)
 		buf := make([]byte, chunk*bsz)
 		for done := uint64(0); done < uint64(n); {
+			if c.ctx.Err() != nil {
+				return ok // Execute reports the abort
+			}
 			k := min(chunk, uint64(n)-done)
 			if _, err := lu.bs.ReadAt(buf[:k*bsz], lu.byteOff(lba+done)); err != nil {
 				return ioFailure(err, false, lba+done)
@@ -373,7 +377,7 @@ func execWriteSame(c *cmdCtx) failure {
 		lu.writeMu.RUnlock()
 	} else {
 		lu.writeMu.RLock()
-		err = lu.writeSame(block, off, int64(n))
+		err = lu.writeSame(c.ctx, block, off, int64(n))
 		lu.writeMu.RUnlock()
 	}
 	if err == nil && lu.writeThrough(false) {
@@ -385,14 +389,18 @@ func execWriteSame(c *cmdCtx) failure {
 	return ok
 }
 
-// writeSame writes block count times from byte offset off.
-func (lu *LogicalUnit) writeSame(block []byte, off int64, count int64) error {
+// writeSame writes block count times from byte offset off, stopping early
+// (with ctx's error) when ctx ends.
+func (lu *LogicalUnit) writeSame(ctx context.Context, block []byte, off int64, count int64) error {
 	if lu.samer != nil {
 		return lu.samer.WriteSame(block, off, count)
 	}
 	per := max(int64(1), min(count, int64(1<<20)/int64(len(block))))
 	buf := bytes.Repeat(block, int(per))
 	for count > 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		k := min(count, per)
 		if _, err := lu.bs.WriteAt(buf[:k*int64(len(block))], off); err != nil {
 			return err
