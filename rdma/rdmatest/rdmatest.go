@@ -102,6 +102,8 @@ func Run(t *testing.T, f Factory) {
 		{"Connect/Reject", testReject},
 		{"Connect/DialContext", testDialContext},
 		{"Connect/ListenerClose", testListenerClose},
+		{"Connect/AcceptOutOfOrder", testAcceptOutOfOrder},
+		{"PollContext", testPollContext},
 		{"SendRecv/Sizes", testSendRecvSizes},
 		{"SendRecv/Gather", testSendGather},
 		{"SendRecv/FIFO", testSendFIFO},
@@ -121,6 +123,8 @@ func Run(t *testing.T, f Factory) {
 		{"RDMA/ReadWithoutRight", testRemoteError(readNoRight)},
 		{"RDMA/DeregisteredWrite", testRemoteError(deregWrite)},
 		{"RDMA/DeregisteredRead", testRemoteError(deregRead)},
+		{"RDMA/ReadBadBoundsFromAcceptor", remoteError(beforeStart, true)},
+		{"RDMA/WriteWithoutRightFromAcceptor", remoteError(writeNoRight, true)},
 		{"Queue/SendFull", testSendQueueFull},
 		{"Queue/SendFullBatch", testSendQueueFullBatch},
 		{"Queue/RecvFull", testRecvQueueFull},
@@ -498,6 +502,72 @@ func testListenerClose(t *testing.T, f Factory) {
 	}
 }
 
+func testAcceptOutOfOrder(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	type dialResult struct {
+		c   rdma.Conn
+		rep []byte
+		err error
+	}
+	results := make([]chan dialResult, 2)
+	for i := range results {
+		results[i] = make(chan dialResult, 1)
+		go func() {
+			c, rep, err := e.b.Dial(e.ctx, e.addr, rdma.QPConfig{}, []byte{byte(i)})
+			results[i] <- dialResult{c, rep, err}
+		}()
+	}
+	var reqs [2]rdma.ConnRequest
+	for range 2 {
+		r, err := e.l.Accept(e.ctx)
+		if err != nil {
+			t.Fatalf("Listener.Accept: %v", err)
+		}
+		if len(r.PrivateData()) != 1 || r.PrivateData()[0] > 1 || reqs[r.PrivateData()[0]] != nil {
+			t.Fatalf("request private data %x", r.PrivateData())
+		}
+		reqs[r.PrivateData()[0]] = r
+	}
+	// Answer the requests in the opposite order of their arrival: reject
+	// dial 0 after accepting dial 1.
+	c1, err := reqs[1].Accept(e.ctx, rdma.QPConfig{}, []byte{0x11})
+	if err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	defer c1.Close()
+	if err := reqs[0].Reject([]byte{0x10}); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	r1 := <-results[1]
+	if r1.err != nil || !bytes.Equal(r1.rep, []byte{0x11}) {
+		t.Fatalf("accepted Dial: %v, reply %x", r1.err, r1.rep)
+	}
+	defer r1.c.Close()
+	r0 := <-results[0]
+	var re *rdma.RejectError
+	if !errors.As(r0.err, &re) || !bytes.Equal(re.PrivateData, []byte{0x10}) {
+		if r0.c != nil {
+			r0.c.Close()
+		}
+		t.Fatalf("rejected Dial: %v", r0.err)
+	}
+	pingPong(e, r1.c, c1)
+}
+
+func testPollContext(t *testing.T, f Factory) {
+	e := newEnv(t, f)
+	d, a := e.connect(rdma.QPConfig{}, rdma.QPConfig{})
+	ctx, cancel := context.WithTimeout(e.ctx, 50*time.Millisecond)
+	defer cancel()
+	if n, err := a.Poll(ctx, make([]rdma.Completion, 4)); n != 0 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Poll on an idle connection = %d, %v; want 0, context.DeadlineExceeded", n, err)
+	}
+	if e.ctx.Err() != nil {
+		t.Fatal("Poll ignored its context")
+	}
+	pingPong(e, d, a) // the connection survives an abandoned Poll
+}
+
 // pingPong checks that d and a can exchange a SEND each way.
 func pingPong(e *env, d, a rdma.Conn) {
 	e.t.Helper()
@@ -756,12 +826,35 @@ func testSendInvalidate(t *testing.T, f Factory) {
 
 // ---- RDMA WRITE / READ ----
 
+// testWriteRead runs RDMA WRITE and READ from the dialer into the acceptor's
+// memory and, as an SRP target does, from the acceptor into the dialer's.
 func testWriteRead(t *testing.T, f Factory) {
-	e := newEnv(t, f)
-	d, a := e.connect(rdma.QPConfig{MaxSGE: 4}, rdma.QPConfig{})
+	for _, dialerRequests := range []bool{true, false} {
+		name := "AcceptorRequests"
+		if dialerRequests {
+			name = "DialerRequests"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEnv(t, f)
+			cfg := rdma.QPConfig{MaxSGE: 4}
+			d, a := e.connect(cfg, cfg)
+			if dialerRequests {
+				writeRead(t, e, d, a, e.b, e.a)
+			} else {
+				writeRead(t, e, a, d, e.a, e.b)
+			}
+			pingPong(e, d, a)
+		})
+	}
+}
+
+// writeRead: req (on device rdev) writes and reads memory of device tdev,
+// the device of resp.
+func writeRead(t *testing.T, e *env, req, resp rdma.Conn, rdev, tdev rdma.Device) {
+	d := req
 	const size = 256 << 10
-	tgt := e.reg(e.a, size, all, 0)
-	src1, src2 := e.reg(e.b, size, 0, 1), e.reg(e.b, 1000, 0, 2)
+	tgt := e.reg(tdev, size, all, 0)
+	src1, src2 := e.reg(rdev, size, 0, 1), e.reg(rdev, 1000, 0, 2)
 	cases := []struct {
 		off  uint64
 		sges []rdma.SGE
@@ -787,7 +880,7 @@ func testWriteRead(t *testing.T, f Factory) {
 	}
 	// Read back ranges, scattering into several sinks.
 	fill(tgt.Bytes(), 9) // the acceptor's own update, visible to later READs
-	sink1, sink2 := e.reg(e.b, size, lw, 3), e.reg(e.b, 4096, lw, 4)
+	sink1, sink2 := e.reg(rdev, size, lw, 3), e.reg(rdev, 4096, lw, 4)
 	reads := []struct {
 		off  uint64
 		sges []rdma.SGE
@@ -797,7 +890,7 @@ func testWriteRead(t *testing.T, f Factory) {
 		{777, []rdma.SGE{{MR: sink2, Offset: 1, Length: 100}, {MR: sink1, Offset: 9, Length: 5000}}},
 	}
 	// A region granting only remote read (no local write) is readable.
-	ro := e.reg(e.a, 100, rdma.AccessRemoteRead, 11)
+	ro := e.reg(tdev, 100, rdma.AccessRemoteRead, 11)
 	if err := d.PostSend(rdmaWR(99, rdma.OpRDMARead, sge(sink2, 0, 100), ro, 0)); err != nil {
 		t.Fatalf("read of a remote-read-only region: %v", err)
 	}
@@ -822,7 +915,6 @@ func testWriteRead(t *testing.T, f Factory) {
 			t.Errorf("read %d: ByteLen %d, want %d", i, c.ByteLen, o-int(tc.off))
 		}
 	}
-	pingPong(e, d, a)
 }
 
 func testWriteSendOrdering(t *testing.T, f Factory) {
@@ -936,18 +1028,30 @@ func deregRead(e *env, dev rdma.Device, local rdma.MemoryRegion) rdma.SendWR {
 // SEND, with receives posted on both sides, and checks the error completion,
 // the flushes and the teardown on both sides.
 func testRemoteError(mk remoteCase) func(*testing.T, Factory) {
+	return remoteError(mk, false)
+}
+
+// remoteError: with fromAcceptor the acceptor is the requester (as an SRP
+// target reading or writing initiator memory), else the dialer.
+func remoteError(mk remoteCase, fromAcceptor bool) func(*testing.T, Factory) {
 	return func(t *testing.T, f Factory) {
 		e := newEnv(t, f)
+		// d is the requester, a the responder.
 		d, a := e.connect(rdma.QPConfig{}, rdma.QPConfig{})
-		local := e.reg(e.b, 64, lw, 0)
-		rbA, rbD := e.reg(e.a, 64, lw, 0), e.reg(e.b, 64, lw, 0)
+		reqDev, respDev := e.b, e.a
+		if fromAcceptor {
+			d, a = a, d
+			reqDev, respDev = e.a, e.b
+		}
+		local := e.reg(reqDev, 64, lw, 0)
+		rbA, rbD := e.reg(respDev, 64, lw, 0), e.reg(reqDev, 64, lw, 0)
 		if err := a.PostRecv(recv(21, rbA, 0, 32), recv(22, rbA, 32, 32)); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.PostRecv(recv(31, rbD, 0, 32)); err != nil {
 			t.Fatal(err)
 		}
-		bad := mk(e, e.a, local)
+		bad := mk(e, respDev, local)
 		err := d.PostSend(bad, send(8, local, 0, 8))
 		if err != nil && !errors.Is(err, rdma.ErrClosed) {
 			t.Fatalf("PostSend: %v", err)
