@@ -820,3 +820,42 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+func TestConcurrentAccepters(t *testing.T) {
+	ctx := testCtx(t)
+	n := NewNetwork()
+	a, b := n.NewDevice("a"), n.NewDevice("b")
+	defer a.Close()
+	defer b.Close()
+	l, err := a.Listen(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 4
+	got := make(chan error, 2*k)
+	for range 2 * k { // k accepters get requests, k see the close
+		go func() {
+			r, err := l.Accept(ctx)
+			if err == nil {
+				_, err = r.Accept(ctx, rdma.QPConfig{}, nil)
+			}
+			got <- err
+		}()
+	}
+	for i := range k {
+		if _, _, err := b.Dial(ctx, "a", rdma.QPConfig{}, nil); err != nil {
+			t.Fatalf("Dial %d: %v", i, err)
+		}
+	}
+	for range k {
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	for range k {
+		if err := <-got; !errors.Is(err, rdma.ErrClosed) {
+			t.Fatalf("blocked Accept after Close: %v", err)
+		}
+	}
+}

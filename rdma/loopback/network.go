@@ -203,7 +203,7 @@ func (d *Device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	l := &listener{dev: d, wake: make(chan struct{}, 1)}
+	l := &listener{dev: d, wake: make(chan struct{}, 1), closedCh: make(chan struct{})}
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
@@ -324,9 +324,10 @@ func normalize(cfg rdma.QPConfig) (rdma.QPConfig, error) {
 
 // listener implements rdma.Listener.
 type listener struct {
-	dev  *Device
-	addr Addr
-	wake chan struct{} // capacity 1: a request arrived or the listener closed
+	dev      *Device
+	addr     Addr
+	wake     chan struct{} // capacity 1: a request arrived
+	closedCh chan struct{} // closed by Close
 
 	mu     sync.Mutex
 	closed bool
@@ -342,15 +343,20 @@ func (l *listener) enqueue(r *connRequest) bool {
 		return false
 	}
 	l.queue = append(l.queue, r)
+	l.signal()
+	return true
+}
+
+func (l *listener) signal() {
 	select {
 	case l.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // Accept returns the next pending connect request, skipping those whose
-// dialer gave up. Errors: rdma.ErrClosed after Close, ctx.Err().
+// dialer gave up. Several goroutines may Accept at once. Errors:
+// rdma.ErrClosed after Close, ctx.Err().
 func (l *listener) Accept(ctx context.Context) (rdma.ConnRequest, error) {
 	for {
 		l.mu.Lock()
@@ -363,6 +369,9 @@ func (l *listener) Accept(ctx context.Context) (rdma.ConnRequest, error) {
 			l.queue[0] = nil
 			l.queue = l.queue[1:]
 			if r.pending() {
+				if len(l.queue) > 0 {
+					l.signal() // another Accept may take the next one
+				}
 				l.mu.Unlock()
 				return r, nil
 			}
@@ -370,6 +379,7 @@ func (l *listener) Accept(ctx context.Context) (rdma.ConnRequest, error) {
 		l.mu.Unlock()
 		select {
 		case <-l.wake:
+		case <-l.closedCh:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -386,12 +396,9 @@ func (l *listener) Close() error {
 		return nil
 	}
 	l.closed = true
+	close(l.closedCh)
 	q := l.queue
 	l.queue = nil
-	select {
-	case l.wake <- struct{}{}:
-	default:
-	}
 	l.mu.Unlock()
 	for _, r := range q {
 		r.refuse()
