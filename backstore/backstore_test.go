@@ -91,8 +91,25 @@ func TestRAMSparse(t *testing.T) {
 		t.Fatalf("status %v %d %v", m, l, err)
 	}
 	m, l, _ = r.AllocationStatus(5<<20, 1<<30)
-	if !m || l != RAMChunkSize {
+	if !m || l != RAMPageSize {
 		t.Fatalf("status %v %d", m, l)
+	}
+	// Unmapping part of a page leaves it mapped (and zeroed); unmapping
+	// the whole page leaves the chunk with no mapped page: freed.
+	if err := r.Unmap(5<<20, 100); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _ := r.AllocationStatus(5<<20, 1); !m || r.AllocatedBytes() != RAMChunkSize {
+		t.Fatal("partial page unmap")
+	}
+	if err := r.Unmap(5<<20, RAMPageSize); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, _ := r.AllocationStatus(5<<20, 1); m || r.AllocatedBytes() != 0 {
+		t.Fatal("whole page unmap")
+	}
+	if _, err := r.WriteAt([]byte{1}, 5<<20); err != nil {
+		t.Fatal(err)
 	}
 	// Unmapping a whole chunk frees it.
 	if err := r.Unmap(5<<20, RAMChunkSize); err != nil {

@@ -9,6 +9,17 @@ import (
 // are allocated on first write; unwritten or unmapped chunks read as zeros.
 const RAMChunkSize = 64 << 10
 
+// RAMPageSize is the granularity, in bytes, at which a RAM backstore tracks
+// which data was written and which was unmapped (AllocationStatus).
+const RAMPageSize = 4 << 10
+
+// ramChunk is one allocation unit: its data and which of its pages hold
+// written data.
+type ramChunk struct {
+	pages uint16 // bit i: page i (RAMPageSize bytes) written since unmapped
+	data  [RAMChunkSize]byte
+}
+
 const ramLockStripes = 64
 
 // RAM is a sparse in-memory backstore. A 1 GiB RAM backstore uses memory only
@@ -18,7 +29,7 @@ const ramLockStripes = 64
 type RAM struct {
 	mu     sync.RWMutex // guards chunks slice header and size (resize)
 	size   int64
-	chunks []atomic.Pointer[[RAMChunkSize]byte]
+	chunks []atomic.Pointer[ramChunk]
 	locks  [ramLockStripes]sync.RWMutex // per-chunk content locks, striped
 	closed atomic.Bool
 }
@@ -32,7 +43,7 @@ func NewRAM(size int64) *RAM {
 
 func (r *RAM) setSize(size int64) {
 	n := (size + RAMChunkSize - 1) / RAMChunkSize
-	nc := make([]atomic.Pointer[[RAMChunkSize]byte], n)
+	nc := make([]atomic.Pointer[ramChunk], n)
 	for i := range nc {
 		if i < len(r.chunks) {
 			nc[i].Store(r.chunks[i].Load())
@@ -42,7 +53,7 @@ func (r *RAM) setSize(size int64) {
 	// later reads zeros.
 	if size < r.size && size%RAMChunkSize != 0 && n > 0 {
 		if c := nc[n-1].Load(); c != nil {
-			clear(c[size%RAMChunkSize:])
+			clear(c.data[size%RAMChunkSize:])
 		}
 	}
 	r.chunks = nc
@@ -101,7 +112,7 @@ func (r *RAM) ReadAt(p []byte, off int64) (int, error) {
 			m = min(len(p)-n, int(RAMChunkSize-co))
 			clear(p[n : n+m])
 		} else {
-			m = copy(p[n:], c[co:])
+			m = copy(p[n:], c.data[co:])
 		}
 		l.RUnlock()
 		n += m
@@ -127,18 +138,21 @@ func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
 		l.Lock()
 		c := r.chunks[ci].Load()
 		if c == nil {
-			c = new([RAMChunkSize]byte)
+			c = new(ramChunk)
 			r.chunks[ci].Store(c)
 		}
-		m := copy(c[co:], p[n:])
+		m := copy(c.data[co:], p[n:])
+		for pg := co / RAMPageSize; pg <= (co+int64(m)-1)/RAMPageSize; pg++ {
+			c.pages |= 1 << pg
+		}
 		l.Unlock()
 		n += m
 	}
 	return n, nil
 }
 
-// Unmap implements Unmapper: whole chunks in the range are freed, partial
-// chunks are zeroed.
+// Unmap implements Unmapper: the range is zeroed, the pages it wholly
+// covers count as unmapped, and a chunk with no mapped page left is freed.
 func (r *RAM) Unmap(off, length int64) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -156,10 +170,13 @@ func (r *RAM) Unmap(off, length int64) error {
 		l := &r.locks[ci%ramLockStripes]
 		l.Lock()
 		if c := r.chunks[ci].Load(); c != nil {
-			if m == RAMChunkSize {
+			clear(c.data[co : co+m])
+			// Pages wholly inside the range are no longer written.
+			for pg := (co + RAMPageSize - 1) / RAMPageSize; (pg+1)*RAMPageSize <= co+m; pg++ {
+				c.pages &^= 1 << pg
+			}
+			if c.pages == 0 {
 				r.chunks[ci].Store(nil)
-			} else {
-				clear(c[co : co+m])
 			}
 		}
 		l.Unlock()
@@ -168,7 +185,9 @@ func (r *RAM) Unmap(off, length int64) error {
 	return nil
 }
 
-// AllocationStatus implements AllocationStatuser at chunk granularity.
+// AllocationStatus implements AllocationStatuser at RAMPageSize
+// granularity: a page is mapped from its first write until it is wholly
+// unmapped.
 func (r *RAM) AllocationStatus(off, limit int64) (bool, int64, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -179,12 +198,22 @@ func (r *RAM) AllocationStatus(off, limit int64) (bool, int64, error) {
 		return false, 0, ErrOutOfRange
 	}
 	end := min(r.size, off+limit)
-	first := r.chunks[off/RAMChunkSize].Load() != nil
-	pos := (off/RAMChunkSize + 1) * RAMChunkSize
-	for pos < end && (r.chunks[pos/RAMChunkSize].Load() != nil) == first {
-		pos += RAMChunkSize
+	first := r.pageMapped(off / RAMPageSize)
+	pos := (off/RAMPageSize + 1) * RAMPageSize
+	for pos < end && r.pageMapped(pos/RAMPageSize) == first {
+		pos += RAMPageSize
 	}
 	return first, min(pos, end) - off, nil
+}
+
+// pageMapped reports whether page pg holds written data. r.mu must be held.
+func (r *RAM) pageMapped(pg int64) bool {
+	ci := pg * RAMPageSize / RAMChunkSize
+	l := &r.locks[ci%ramLockStripes]
+	l.RLock()
+	defer l.RUnlock()
+	c := r.chunks[ci].Load()
+	return c != nil && c.pages&(1<<(pg%(RAMChunkSize/RAMPageSize))) != 0
 }
 
 // AllocatedBytes reports how many bytes of chunk memory are in use.

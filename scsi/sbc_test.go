@@ -247,7 +247,7 @@ func TestVerify(t *testing.T) {
 }
 
 func TestWriteSameUnmapLBAStatus(t *testing.T) {
-	ram := backstore.NewRAM(16 << 20) // 32768 blocks, 64 KiB chunks = 128 blocks
+	ram := backstore.NewRAM(16 << 20) // 32768 blocks
 	f := newFixture(t, LUConfig{Backstore: ram, ThinProvisioning: true})
 	blk := pattern(512, 5)
 	f.good(cdb16(0x93, 0, 128, 256), blk) // WRITE SAME(16), 256 blocks from 128
@@ -261,16 +261,17 @@ func TestWriteSameUnmapLBAStatus(t *testing.T) {
 	// ANCHOR is not supported (byte 1 bit 4).
 	wantField(t, f.run(f.s, 0, cdb16(0x93, 0x10, 0, 1), blk, 0), 0x24, true, 1, 4)
 
-	// GET LBA STATUS from 0: 0..127 deallocated, 128..383 mapped, then
-	// deallocated up to 896 (the chunk of LBA 1000 is 896..1023), mapped
-	// to 1023, deallocated to the end (32768).
+	// GET LBA STATUS from 0 (the RAM backstore tracks 4 KiB = 8 blocks):
+	// 0..127 deallocated, 128..383 mapped, deallocated up to 1000, the
+	// 8 blocks of the page holding 1000..1002 mapped, deallocated to the
+	// end (32768).
 	gls := f.in(cdb16(0x9E, 0x12, 0, 256), 256)
 	want := hx(`00000054 00000000` +
 		`0000000000000000 00000080 01 000000` +
 		`0000000000000080 00000100 00 000000` +
-		`0000000000000180 00000200 01 000000` +
-		`0000000000000380 00000080 00 000000` +
-		`0000000000000400 00007c00 01 000000`)
+		`0000000000000180 00000268 01 000000` +
+		`00000000000003e8 00000008 00 000000` +
+		`00000000000003f0 00007c10 01 000000`)
 	wantBytes(t, "GET LBA STATUS", gls[:len(want)], want)
 
 	// UNMAP 128..255 (one chunk) and 300 (part of a chunk).

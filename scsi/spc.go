@@ -189,9 +189,9 @@ func (lu *LogicalUnit) blockLimits() []byte {
 	binary.BigEndian.PutUint32(b[4:], maxXfer) // MAXIMUM TRANSFER LENGTH
 	binary.BigEndian.PutUint32(b[8:], maxXfer) // OPTIMAL TRANSFER LENGTH
 	if lu.unmapper != nil {
-		binary.BigEndian.PutUint32(b[16:], lu.cfg.MaxUnmapBlocks)      // MAXIMUM UNMAP LBA COUNT
-		binary.BigEndian.PutUint32(b[20:], lu.cfg.MaxUnmapDescriptors) // MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT
-		binary.BigEndian.PutUint32(b[24:], 1)                          // OPTIMAL UNMAP GRANULARITY
+		binary.BigEndian.PutUint32(b[16:], lu.cfg.MaxUnmapBlocks)          // MAXIMUM UNMAP LBA COUNT
+		binary.BigEndian.PutUint32(b[20:], lu.cfg.MaxUnmapDescriptors)     // MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT
+		binary.BigEndian.PutUint32(b[24:], max(1, uint32(4096)>>lu.shift)) // OPTIMAL UNMAP GRANULARITY: 4 KiB
 	}
 	binary.BigEndian.PutUint64(b[32:], lu.cfg.MaxWriteSameBlocks) // MAXIMUM WRITE SAME LENGTH
 	return b

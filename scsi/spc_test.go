@@ -68,8 +68,9 @@ func TestVPDThin(t *testing.T) {
 	wantBytes(t, "VPD B1", f.in(cdbInquiry(true, 0xB1, 255), 255)[:6], hx(`00 b1 00 3c 00 01`))
 	b0 := f.in(cdbInquiry(true, 0xB0, 255), 255)
 	// MAXIMUM UNMAP LBA COUNT ffffffff, MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT
-	// 256, OPTIMAL UNMAP GRANULARITY 1 (SBC-3 table 200 bytes 20..31).
-	wantBytes(t, "B0 unmap", b0[20:32], hx(`ffffffff 00000100 00000001`))
+	// 256, OPTIMAL UNMAP GRANULARITY 8 blocks = 4 KiB, the page size of
+	// file systems and of the RAM backstore (SBC-3 table 200 bytes 20..31).
+	wantBytes(t, "B0 unmap", b0[20:32], hx(`ffffffff 00000100 00000008`))
 }
 
 func TestReadCapacity(t *testing.T) {
