@@ -133,9 +133,10 @@ type cqEntry struct {
 // connection without a Terminate. It matches rdma.ErrClosed under errors.Is.
 var ErrPeerClosed = fmt.Errorf("iwarp: peer closed the connection: %w", rdma.ErrClosed)
 
-func newConn(d *Device, nc net.Conn, q rdma.QPConfig, caps rdma.Caps, crc bool) *conn {
+func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
+	caps := o.Caps
 	c := &conn{
-		dev: d, nc: nc, log: d.log, caps: caps, crc: crc, maxPayload: d.cfg.MaxFPDUPayload, irdLimit: q.IRD,
+		dev: d, nc: nc, log: d.log, caps: caps, crc: o.CRC, maxPayload: d.cfg.MaxFPDUPayload, irdLimit: o.IRDLimit,
 		br:  bufio.NewReaderSize(nc, readerBufSize),
 		sq:  make([]sqEntry, q.SendDepth),
 		orq: make([]orqEntry, max(caps.ORD, 1)),
@@ -143,7 +144,7 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, caps rdma.Caps, crc bool) 
 		confirm: !d.cfg.CompleteOnTransmit && caps.ORD > 0,
 		rq:      make([]rdma.RecvWR, q.RecvDepth),
 		// One more than IRD: the RTR Read in peer-to-peer mode.
-		irq:    make([]inboundRead, q.IRD+1),
+		irq:    make([]inboundRead, o.IRDLimit+1),
 		txWake: make(chan struct{}, 1),
 		cqWake: make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -268,9 +269,7 @@ func (c *conn) flushLocked() {
 		c.rqLen--
 		c.cq = append(c.cq, cqEntry{c: rdma.Completion{ID: wr.ID, Op: rdma.OpRecv, Status: rdma.StatusFlushed, Err: c.err}})
 	}
-	for i := range c.irq {
-		c.irq[i] = inboundRead{}
-	}
+	// The irq entries are left alone: the writer may be sending from them.
 	c.irqLen, c.irqTx = 0, 0
 }
 

@@ -400,24 +400,8 @@ func (d *Device) clientHandshake(ctx context.Context, nc net.Conn, qcfg rdma.QPC
 	defer stop()
 	nc.SetDeadline(handshakeDeadline(ctx, d.cfg.HandshakeTimeout))
 
-	req := mpaFrame{CRC: d.cfg.CRC, Revision: uint8(d.cfg.MPARevision)}
-	var offered mpaV2Word
-	if d.cfg.MPARevision >= 2 {
-		req.Revision = 2
-		req.Enhanced = true
-		offered = mpaV2Word{IRD: clampCount(qcfg.IRD), ORD: clampCount(qcfg.ORD)}
-		if d.cfg.PeerToPeer {
-			offered.PeerToPeer = true
-			offered.WriteRTR = d.cfg.RTR == 0 || d.cfg.RTR == RTRWrite
-			offered.ReadRTR = d.cfg.RTR == 0 || d.cfg.RTR == RTRRead
-		}
-		req.PrivateData = make([]byte, mpaV2WordLen+len(privateData))
-		offered.put(req.PrivateData)
-		copy(req.PrivateData[mpaV2WordLen:], privateData)
-	} else {
-		req.Revision = 1
-		req.PrivateData = privateData
-	}
+	p := d.mpaParams(qcfg)
+	req := mpaRequest(p, privateData)
 	if _, err := nc.Write(req.marshal()); err != nil {
 		return nil, nil, fmt.Errorf("%w: sending MPA request: %v", errHandshake, err)
 	}
@@ -425,40 +409,12 @@ func (d *Device) clientHandshake(ctx context.Context, nc net.Conn, qcfg rdma.QPC
 	if err != nil {
 		return nil, nil, ctxError(ctx, err)
 	}
-	w, enhanced, pd := rep.ulpPrivateData()
-	if rep.Reject {
-		return nil, nil, &rdma.RejectError{PrivateData: append([]byte(nil), pd...), Reason: "MPA reject"}
+	o, pd, err := mpaInitiatorOutcome(p, req, rep)
+	if err != nil {
+		return nil, nil, err
 	}
-	if rep.Markers {
-		return nil, nil, fmt.Errorf("%w: peer requires MPA markers", errHandshake)
-	}
-	if rep.Revision != 1 && rep.Revision != 2 || rep.Revision > req.Revision {
-		return nil, nil, fmt.Errorf("%w: reply revision %d to a revision %d request", errHandshake, rep.Revision, req.Revision)
-	}
-	caps := rdma.Caps{SendDepth: qcfg.SendDepth, RecvDepth: qcfg.RecvDepth, MaxSGE: qcfg.MaxSGE, IRD: qcfg.IRD, ORD: qcfg.ORD}
-	var rtr RTRType
-	if enhanced {
-		// RFC 6581 §5: our ORD is at most the responder's IRD; the
-		// responder's (negotiated) ORD is what we will see of Reads.
-		caps.ORD = min(qcfg.ORD, int(w.IRD))
-		if int(w.ORD) > qcfg.IRD {
-			return nil, nil, fmt.Errorf("%w: peer ORD %d exceeds our IRD %d", errHandshake, w.ORD, qcfg.IRD)
-		}
-		caps.IRD = int(w.ORD)
-		if offered.PeerToPeer {
-			switch {
-			case !w.PeerToPeer:
-				// A responder that does not do peer-to-peer mode: no RTR.
-			case w.WriteRTR && offered.WriteRTR:
-				rtr = RTRWrite
-			case w.ReadRTR && offered.ReadRTR:
-				rtr = RTRRead
-			default:
-				return nil, nil, fmt.Errorf("%w: no matching RTR in the reply", errHandshake)
-			}
-		}
-	}
-	c := newConn(d, nc, qcfg, caps, req.CRC || rep.CRC)
+	rtr := o.RTR
+	c := newConn(d, nc, qcfg, o)
 	if rtr != 0 {
 		if err := c.sendRTR(rtr); err != nil {
 			return nil, nil, err
@@ -470,7 +426,7 @@ func (d *Device) clientHandshake(ctx context.Context, nc net.Conn, qcfg rdma.QPC
 	}
 	c.start()
 	d.log.Debug("iwarp: connected", "local", nc.LocalAddr(), "remote", nc.RemoteAddr(),
-		"rev", rep.Revision, "crc", c.crc, "ird", caps.IRD, "ord", caps.ORD, "rtr", rtr)
+		"rev", rep.Revision, "crc", c.crc, "ird", o.Caps.IRD, "ord", o.Caps.ORD, "rtr", rtr)
 	return c, append([]byte(nil), pd...), nil
 }
 

@@ -66,7 +66,7 @@ func FuzzFPDU(f *testing.F) {
 // fuzzFPDUBody is FuzzFPDU's check of one input.
 func fuzzFPDUBody(t *testing.T, data []byte, crc bool) {
 	d := NewDevice(Config{MaxFPDUPayload: 64})
-	c := newConn(d, nopConn{}, d.qpDefaults(rdma.QPConfig{}), rdma.Caps{SendDepth: 8, RecvDepth: 8, MaxSGE: 4, IRD: 2, ORD: 2}, crc)
+	c := newConn(d, nopConn{}, d.qpDefaults(rdma.QPConfig{}), mpaOutcome{Caps: rdma.Caps{SendDepth: 8, RecvDepth: 8, MaxSGE: 4, IRD: 2, ORD: 2}, IRDLimit: 2, CRC: crc})
 	c.br = bufio.NewReader(bytes.NewReader(data))
 	wr, _ := d.Register(make([]byte, 64), rdma.AccessLocalWrite|rdma.AccessRemoteWrite|rdma.AccessRemoteRead)
 	rb, _ := d.Register(make([]byte, 16), rdma.AccessLocalWrite)

@@ -153,16 +153,15 @@ func (l *listener) handshake(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	if req.Markers || req.Revision < 1 || req.Revision > 2 {
-		d.log.Debug("iwarp: refusing MPA request", "remote", nc.RemoteAddr(), "markers", req.Markers, "rev", req.Revision)
+	if err := mpaRequestRefused(req); err != nil {
+		d.log.Debug("iwarp: refusing MPA request", "remote", nc.RemoteAddr(), "err", err)
 		l.refuse(nc, req)
 		l.forget(nc)
 		nc.Close()
 		return
 	}
-	w, enhanced, pd := req.ulpPrivateData()
-	r := &connRequest{l: l, nc: nc, req: req, word: w, enhanced: enhanced, pd: append([]byte(nil), pd...)}
-	r.rev = min(req.Revision, uint8(d.cfg.MPARevision))
+	_, _, pd := req.ulpPrivateData()
+	r := &connRequest{l: l, nc: nc, req: req, pd: append([]byte(nil), pd...)}
 	// The backlog holds handshaken requests; the TCP connection stays open
 	// while the request waits (the peer's own handshake timeout applies).
 	nc.SetDeadline(time.Time{})
@@ -187,13 +186,10 @@ func (l *listener) refuse(nc net.Conn, req mpaFrame) {
 
 // connRequest is a valid MPA request awaiting Accept or Reject.
 type connRequest struct {
-	l        *listener
-	nc       net.Conn
-	req      mpaFrame
-	word     mpaV2Word // the request's IRD/ORD word when enhanced
-	enhanced bool
-	rev      uint8 // revision of our reply
-	pd       []byte
+	l   *listener
+	nc  net.Conn
+	req mpaFrame
+	pd  []byte // the request's consumer private data
 
 	mu      sync.Mutex
 	decided bool
@@ -222,24 +218,8 @@ func (r *connRequest) drop() {
 	}
 }
 
-// replyFrame builds our MPA reply; word is included when the reply is an
-// enhanced revision 2 frame.
-func (r *connRequest) replyFrame(reject bool, w mpaV2Word, pd []byte) mpaFrame {
-	d := r.l.dev
-	rep := mpaFrame{Reply: true, Reject: reject, Revision: r.rev, CRC: d.cfg.CRC || r.req.CRC}
-	if r.rev == 2 && r.enhanced {
-		rep.Enhanced = true
-		rep.PrivateData = make([]byte, mpaV2WordLen+len(pd))
-		w.put(rep.PrivateData)
-		copy(rep.PrivateData[mpaV2WordLen:], pd)
-	} else {
-		rep.PrivateData = pd
-	}
-	return rep
-}
-
 func (r *connRequest) maxPD() int {
-	if r.rev == 2 && r.enhanced {
+	if _, enhanced := mpaReplyRevision(r.l.dev.mpaParams(rdma.QPConfig{}), r.req); enhanced {
 		return MPAMaxPrivateData - mpaV2WordLen
 	}
 	return MPAMaxPrivateData
@@ -255,8 +235,7 @@ func (r *connRequest) Reject(privateData []byte) error {
 		return err
 	}
 	defer r.nc.Close()
-	w := mpaV2Word{IRD: clampCount(r.l.dev.cfg.IRD), ORD: clampCount(r.l.dev.cfg.ORD)}
-	rep := r.replyFrame(true, w, privateData)
+	rep, _, _ := mpaReply(r.l.dev.mpaParams(r.l.dev.qpDefaults(rdma.QPConfig{})), r.req, true, privateData)
 	r.nc.SetWriteDeadline(time.Now().Add(r.l.dev.cfg.HandshakeTimeout))
 	if _, err := r.nc.Write(rep.marshal()); err != nil {
 		return fmt.Errorf("iwarp: sending MPA reject: %w", err)
@@ -284,34 +263,14 @@ func (r *connRequest) Accept(ctx context.Context, qcfg rdma.QPConfig, privateDat
 	defer stop()
 	nc.SetDeadline(handshakeDeadline(ctx, d.cfg.HandshakeTimeout))
 
-	caps := rdma.Caps{SendDepth: qcfg.SendDepth, RecvDepth: qcfg.RecvDepth, MaxSGE: qcfg.MaxSGE, IRD: qcfg.IRD, ORD: qcfg.ORD}
-	w := mpaV2Word{IRD: uint16(qcfg.IRD), ORD: uint16(qcfg.ORD)}
-	var rtr RTRType
-	if r.rev == 2 && r.enhanced {
-		// RFC 6581 §5: our ORD is cut to the initiator's IRD; the Reads we
-		// will see are bounded by the initiator's ORD (cut to our IRD).
-		caps.ORD = min(qcfg.ORD, int(r.word.IRD))
-		caps.IRD = min(qcfg.IRD, int(r.word.ORD))
-		w.ORD = uint16(caps.ORD)
-		if r.word.PeerToPeer && d.cfg.PeerToPeer {
-			w.PeerToPeer = true
-			switch {
-			case r.word.WriteRTR:
-				rtr, w.WriteRTR = RTRWrite, true
-			case r.word.ReadRTR:
-				rtr, w.ReadRTR = RTRRead, true
-			default:
-				// Only a zero-length Send RTR offered: it would consume a
-				// receive buffer of the consumer, which we do not do.
-				rep := r.replyFrame(true, w, nil)
-				nc.Write(rep.marshal())
-				nc.Close()
-				return nil, fmt.Errorf("%w: no supported RTR offered (only Send)", errHandshake)
-			}
-		}
+	rep, o, err := mpaReply(d.mpaParams(qcfg), r.req, false, privateData)
+	if err != nil {
+		nc.Write(rep.marshal())
+		nc.Close()
+		return nil, err
 	}
-	rep := r.replyFrame(false, w, privateData)
-	c := newConn(d, nc, qcfg, caps, rep.CRC)
+	rtr := o.RTR
+	c := newConn(d, nc, qcfg, o)
 	if _, err := nc.Write(rep.marshal()); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w: sending MPA reply: %v", errHandshake, err)
@@ -329,6 +288,6 @@ func (r *connRequest) Accept(ctx context.Context, qcfg rdma.QPConfig, privateDat
 	}
 	c.start()
 	d.log.Debug("iwarp: accepted", "local", nc.LocalAddr(), "remote", nc.RemoteAddr(),
-		"rev", r.rev, "crc", c.crc, "ird", caps.IRD, "ord", caps.ORD, "rtr", rtr)
+		"rev", rep.Revision, "crc", c.crc, "ird", o.Caps.IRD, "ord", o.Caps.ORD, "rtr", rtr)
 	return c, nil
 }
