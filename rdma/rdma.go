@@ -296,6 +296,18 @@ type ConnRequest interface {
 	Reject(privateData []byte) error
 }
 
+// RecvFirstAcceptor is an optional ability of a ConnRequest: AcceptRecv is
+// Accept with receive work requests posted on the new queue pair before the
+// reply goes out, as a verbs consumer posts receives between creating the
+// QP and rdma_accept. On transports without RNR retry (iWARP: a SEND that
+// finds no posted receive terminates the stream, RFC 5041 §7.2 / RFC 5040
+// §7) a consumer whose peer may SEND as soon as it sees the reply (an SRP
+// target) needs it; with plain Accept the first SENDs race the consumer's
+// PostRecv. The receives complete through Poll like any other.
+type RecvFirstAcceptor interface {
+	AcceptRecv(ctx context.Context, cfg QPConfig, privateData []byte, recvs []RecvWR) (Conn, error)
+}
+
 var (
 	// ErrClosed reports use of a closed connection, listener or device.
 	ErrClosed = errors.New("rdma: connection closed")
