@@ -213,6 +213,15 @@ func checkEncodeBuf(d *DataBuf, dir string) error {
 		if d.Table.Len%DirectBufSize != 0 || int(d.Table.Len/DirectBufSize) < len(d.Desc) {
 			return &EncodeError{"SRP_CMD", "table_desc.len", "must be 16 × descriptors, at least the inline ones"}
 		}
+		if int(d.Table.Len/DirectBufSize) == len(d.Desc) {
+			var sum uint64
+			for _, x := range d.Desc {
+				sum += uint64(x.Len)
+			}
+			if sum != uint64(d.Len) {
+				return &EncodeError{"SRP_CMD", "len", fmt.Sprintf("total %d differs from the sum %d of the inline table", d.Len, sum)}
+			}
+		}
 	case DescImm:
 		if dir == "in" {
 			return &EncodeError{"SRP_CMD", "buf_fmt", "immediate data is DATA-OUT only"}
@@ -226,10 +235,14 @@ func checkEncodeBuf(d *DataBuf, dir string) error {
 	return nil
 }
 
+// MaxImmDataOffset is the largest immediate-data offset in bytes: the
+// login request carries imm_data_offset in 16 bits.
+const MaxImmDataOffset = 0xffff
+
 // AppendTo appends the SRP_CMD. It fails for a CDB over 268 bytes,
 // descriptors that break the [DataBuf] rules, immediate data that would
-// start before the end of the descriptors or is over 4 GiB, or an IU
-// whose length does not fit an int.
+// start before the end of the descriptors or past MaxImmDataOffset, or is
+// over 4 GiB.
 func (c *Cmd) AppendTo(b []byte) ([]byte, error) {
 	if len(c.CDB) > MaxCDBLen {
 		return b, &EncodeError{"SRP_CMD", "add_cdb_len", fmt.Sprintf("CDB of %d bytes exceeds %d", len(c.CDB), MaxCDBLen)}
@@ -241,6 +254,9 @@ func (c *Cmd) AppendTo(b []byte) ([]byte, error) {
 		return b, err
 	}
 	if c.DataOut.Format == DescImm {
+		if c.immOff() > MaxImmDataOffset {
+			return b, &EncodeError{"SRP_CMD", "imm_data_offset", fmt.Sprintf("%d does not fit the 16-bit login field", c.immOff())}
+		}
 		if c.immOff() < c.descEnd() {
 			return b, &EncodeError{"SRP_CMD", "imm_data_offset", fmt.Sprintf("%d is inside the descriptors (end %d)", c.immOff(), c.descEnd())}
 		}

@@ -131,6 +131,13 @@ func TestCmdEncodeErrors(t *testing.T) {
 		{DataOut: DataBuf{Format: DescNone, Count: 1}},
 		{DataOut: DataBuf{Format: DescIndirect, Desc: []DirectBuf{{}}, Table: DirectBuf{Len: 8}}},
 		{DataOut: DataBuf{Format: DescImm}, DataIn: DataBuf{Format: DescDirect, Desc: []DirectBuf{{}}}, CDB: make([]byte, 20)},
+		// Whole table inline (32 bytes = 2 descriptors) but len 0x1000
+		// instead of the sum 0x3000: the decoder rejects such an IU.
+		{DataOut: DataBuf{Format: DescIndirect, Table: DirectBuf{Len: 32}, Len: 0x1000,
+			Desc: []DirectBuf{{Len: 0x1000}, {Len: 0x2000}}}},
+		// imm_data_offset is a 16-bit login field.
+		{DataOut: DataBuf{Format: DescImm}, ImmDataOffset: 0x10000, ImmData: []byte{1}},
+		{DataOut: DataBuf{Format: DescImm}, ImmDataOffset: 1 << 62, ImmData: []byte{1}},
 	}
 	for i, c := range bad {
 		if _, err := c.Marshal(); err == nil {
