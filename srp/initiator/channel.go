@@ -31,6 +31,12 @@ const (
 	slotRsp
 )
 
+// respResources is the IRD the initiator offers: how many RDMA READs the
+// target may have outstanding against its data-out buffers. Higher than
+// ib_srp's 4 so that a target pipelining writes is not throttled (the
+// provider negotiates it down to what it supports).
+const respResources = 64
+
 // tmfSlots is how many task management functions a channel runs at once.
 const tmfSlots = 2
 
@@ -175,7 +181,7 @@ func parseLoginRej(b []byte, ch int) error {
 // srp_cm_rep_handler).
 func dialChannel(ctx context.Context, s *Session, idx int) (*channel, error) {
 	o := s.opts
-	cfg := rdma.QPConfig{SendDepth: o.QueueSize + tmfSlots + rspSlots, RecvDepth: o.QueueSize, MaxSGE: 2, IRD: 16, ORD: 0}
+	cfg := rdma.QPConfig{SendDepth: o.QueueSize + tmfSlots + rspSlots, RecvDepth: o.QueueSize, MaxSGE: 2, IRD: respResources, ORD: 0}
 	conn, reply, err := s.dev.Dial(ctx, o.Dest, cfg, loginPrivateData(o, idx > 0))
 	if err != nil {
 		var rej *rdma.RejectError
