@@ -311,3 +311,53 @@ func TestCloseFlushesAndNoLeak(t *testing.T) {
 		t.Fatalf("%d goroutines, %d before\n%s", n, before, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// TestAcceptRecv: receives posted by AcceptRecv are in place before the
+// reply, so a Send right after Dial returns finds one; a bad receive fails
+// AcceptRecv with nothing sent and leaves the request answerable.
+func TestAcceptRecv(t *testing.T) {
+	ctx := testCtx(t)
+	sdev, cdev := NewDevice(Config{}), NewDevice(Config{})
+	defer sdev.Close()
+	defer cdev.Close()
+	ln, err := sdev.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := mustReg(t, nil, sdev, make([]byte, 16), rdma.AccessLocalWrite)
+	noLW := mustReg(t, nil, sdev, make([]byte, 16), 0)
+	ch := make(chan rdma.Conn, 1)
+	go func() {
+		r, err := ln.Accept(ctx)
+		if err != nil {
+			ch <- nil
+			return
+		}
+		ra := r.(rdma.RecvFirstAcceptor)
+		if _, err := ra.AcceptRecv(ctx, rdma.QPConfig{}, nil, []rdma.RecvWR{{ID: 1, Local: rdma.SGE{MR: noLW, Length: 16}}}); !errors.Is(err, rdma.ErrInvalidWR) {
+			t.Errorf("AcceptRecv with a receive lacking local write: %v", err)
+		}
+		c, err := ra.AcceptRecv(ctx, rdma.QPConfig{}, nil, []rdma.RecvWR{{ID: 1, Local: rdma.SGE{MR: rb, Length: 16}}, {ID: 2, Local: rdma.SGE{MR: rb, Length: 16}}})
+		if err != nil {
+			t.Error(err)
+		}
+		ch <- c
+	}()
+	cc, _, err := cdev.Dial(ctx, ln.Addr().String(), rdma.QPConfig{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sb := mustReg(t, cc, cdev, []byte("first"), 0)
+	if err := cc.PostSend(rdma.SendWR{ID: 9, Op: rdma.OpSend, Local: []rdma.SGE{{MR: sb, Length: 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	sc := <-ch
+	if sc == nil {
+		t.FailNow()
+	}
+	defer sc.Close()
+	if c := pollOne(t, sc); c.ID != 1 || c.Status != rdma.StatusSuccess || c.ByteLen != 5 {
+		t.Fatalf("completion %+v", c)
+	}
+}

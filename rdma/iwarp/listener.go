@@ -250,14 +250,32 @@ func (r *connRequest) Reject(privateData []byte) error {
 // our ORD is cut to the initiator's IRD) and starts the connection. In
 // peer-to-peer mode it waits for the initiator's RTR before returning.
 func (r *connRequest) Accept(ctx context.Context, qcfg rdma.QPConfig, privateData []byte) (rdma.Conn, error) {
+	return r.AcceptRecv(ctx, qcfg, privateData, nil)
+}
+
+var _ rdma.RecvFirstAcceptor = (*connRequest)(nil)
+
+// AcceptRecv is Accept with recvs posted on the new connection before the
+// MPA reply goes out, so a peer that Sends as soon as it has the reply finds
+// them (iWARP has no RNR retry: a Send without a receive is a Terminate,
+// RFC 5041 §7.2). A receive that PostRecv would refuse fails AcceptRecv with
+// nothing sent; the request can then be answered again.
+func (r *connRequest) AcceptRecv(ctx context.Context, qcfg rdma.QPConfig, privateData []byte, recvs []rdma.RecvWR) (rdma.Conn, error) {
 	if len(privateData) > r.maxPD() {
 		return nil, rdma.ErrPrivateDataTooLong
+	}
+	d := r.l.dev
+	qcfg = d.qpDefaults(qcfg)
+	if len(recvs) > 0 {
+		// Check the receives on a scratch queue before deciding.
+		probe := newConn(d, r.nc, qcfg, mpaOutcome{Caps: baseCaps(qcfg), IRDLimit: qcfg.IRD})
+		if err := probe.PostRecv(recvs...); err != nil {
+			return nil, err
+		}
 	}
 	if err := r.decide(); err != nil {
 		return nil, err
 	}
-	d := r.l.dev
-	qcfg = d.qpDefaults(qcfg)
 	nc := r.nc
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -271,6 +289,10 @@ func (r *connRequest) Accept(ctx context.Context, qcfg rdma.QPConfig, privateDat
 	}
 	rtr := o.RTR
 	c := newConn(d, nc, qcfg, o)
+	if err := c.PostRecv(recvs...); err != nil {
+		nc.Close()
+		return nil, err
+	}
 	if _, err := nc.Write(rep.marshal()); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w: sending MPA reply: %v", errHandshake, err)
