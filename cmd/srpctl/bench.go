@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,6 +62,7 @@ func newBenchCmd() *cobra.Command {
 	var qd, channels, rwmix int
 	var runtime time.Duration
 	var asJSON, fua bool
+	var cpuProfile string
 	c := &cobra.Command{
 		Use:   "bench TARGET",
 		Short: "fio-like benchmark: random/sequential read/write, prints IOPS, bandwidth and latency percentiles",
@@ -114,6 +117,17 @@ func newBenchCmd() *cobra.Command {
 			if nblk == 0 {
 				return fmt.Errorf("region of %d bytes smaller than --bs %d", region, bs)
 			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			res := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua)
 			res.Channels = s.Options().ChCount
 			res.Job = fmt.Sprintf("%s-%s", rw, strings.ToLower(bsStr))
@@ -143,6 +157,7 @@ func newBenchCmd() *cobra.Command {
 	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long to run")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&fua, "fua", false, "set FUA on writes")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	return c
 }
 
