@@ -101,9 +101,9 @@ type LogicalUnit struct {
 
 	// blocks is the capacity in logical blocks.
 	blocks atomic.Uint64
-	// wce and dsenseBit mirror the current WCE and D_SENSE mode bits for
-	// the data path.
-	wce, dsenseBit atomic.Bool
+	// wce, dsenseBit and swp mirror the current WCE, D_SENSE and SWP mode
+	// bits for the data path.
+	wce, dsenseBit, swp atomic.Bool
 
 	// writeMu orders medium writes against COMPARE AND WRITE: ordinary
 	// writes hold it shared, COMPARE AND WRITE exclusively, so the compare

@@ -24,6 +24,7 @@ func (m *modePages) tst() byte    { return m.control[2] >> 5 }
 func (m *modePages) dsense() bool { return m.control[2]&0x04 != 0 }
 func (m *modePages) qerr() byte   { return (m.control[3] >> 1) & 0x03 }
 func (m *modePages) tas() bool    { return m.control[5]&0x40 != 0 }
+func (m *modePages) swp() bool    { return m.control[4]&0x08 != 0 }
 
 // wce is the caching page's WCE bit (SBC-3 §6.4.5, table 183).
 func (m *modePages) wce() bool { return m.caching[2]&0x04 != 0 }
@@ -70,7 +71,7 @@ func defaultModePages(lu *LogicalUnit) modePages {
 }
 
 // changeableModePages returns the changeable-values mask: WCE (only with a
-// volatile cache to enable); TST, D_SENSE, QERR, TAS; the informational
+// volatile cache to enable); TST, D_SENSE, QERR, SWP, TAS; the informational
 // exceptions PERF, EWASC, DEXCPT, LOGERR, MRIE, INTERVAL TIMER and REPORT
 // COUNT.
 func (lu *LogicalUnit) changeableModePages() modePages {
@@ -83,6 +84,7 @@ func (lu *LogicalUnit) changeableModePages() modePages {
 	m.control[0], m.control[1] = 0x0A, pageControlLen-2
 	m.control[2] = 0xE0 | 0x04
 	m.control[3] = 0x06
+	m.control[4] = 0x08 // SWP
 	m.control[5] = 0x40
 	m.ie[0], m.ie[1] = 0x1C, pageIELen-2
 	m.ie[2] = 0x99
@@ -153,7 +155,7 @@ func execModeSense(c *cmdCtx) failure {
 		body = append(body, p...)
 	}
 	devSpecific := byte(0x10) // DPOFUA
-	if lu.cfg.ReadOnly {
+	if lu.cfg.ReadOnly || lu.swp.Load() {
 		devSpecific |= 0x80 // WP
 	}
 	var bd []byte
@@ -334,6 +336,7 @@ func execModeSelect(c *cmdCtx) failure {
 func (lu *LogicalUnit) applyModeLocked() {
 	lu.wce.Store(lu.mode.wce())
 	lu.dsenseBit.Store(lu.mode.dsense())
+	lu.swp.Store(lu.mode.swp())
 	lu.ts.mu.Lock()
 	lu.ts.perNexus = lu.mode.tst() == 1
 	lu.ts.mu.Unlock()

@@ -36,7 +36,7 @@ func TestModeSense10(t *testing.T) {
 	wantBytes(t, "MODE SENSE(10) LLBAA", got, hx(`00 2a 00 10 01 00 00 10`+`0000000000000800 00000000 00000200`+pgCaching))
 	// Changeable values: WCE not changeable without a volatile cache.
 	got = f.in([]byte{0x5A, 0x08, 0x4A, 0, 0, 0, 0, 0x01, 0x00, 0}, 256)
-	wantBytes(t, "changeable control", got, hx(`00 12 00 10 00 00 00 00`+`0a 0a e4 06 00 40 00 00 00 00 00 00`))
+	wantBytes(t, "changeable control", got, hx(`00 12 00 10 00 00 00 00`+`0a 0a e4 06 08 40 00 00 00 00 00 00`))
 	// Saved values are not supported.
 	wantSense(t, f.run(f.s, 0, []byte{0x5A, 0x08, 0xC8, 0, 0, 0, 0, 0x01, 0x00, 0}, nil, 256), SenseIllegalRequest, 0x39, 0x00)
 	// Unknown page: byte 2 bit 5.
@@ -188,4 +188,23 @@ func TestSavedModePages(t *testing.T) {
 	if _, err := NewLogicalUnit(LUConfig{Backstore: backstore.NewRAM(1 << 20), ModePages: bad}); err == nil {
 		t.Fatal("damaged image accepted")
 	}
+}
+
+// SWP=1 on the control page: medium writes fail with LOGICAL UNIT
+// SOFTWARE WRITE PROTECTED and MODE SENSE reports WP (SPC-4 §7.5.8).
+func TestSoftwareWriteProtect(t *testing.T) {
+	f := newFixture(t, LUConfig{ThinProvisioning: true})
+	cdb, p := modeSelect10(hx(`0a 0a 02 10 08 40 00 00 ff ff 00 1e`))
+	f.good(cdb, p)
+	wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 0, 1), make([]byte, 512), 0), SenseDataProtect, 0x27, 0x02)
+	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0, 0, 1), make([]byte, 512), 0), SenseDataProtect, 0x27, 0x02)
+	unmap := hx(`0016 0010 00000000 0000000000000000 00000001 00000000`)
+	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0}, unmap, 0), SenseDataProtect, 0x27, 0x02)
+	f.in(cdb16(0x88, 0, 0, 1), 512)
+	if b := f.in([]byte{0x1A, 0x08, 0x0A, 0, 255, 0}, 255); b[2] != 0x90 {
+		t.Fatalf("device-specific parameter %#x, want 90", b[2])
+	}
+	cdb, p = modeSelect10(hx(pgControl))
+	f.good(cdb, p)
+	f.good(cdb16(0x8A, 0, 0, 1), make([]byte, 512))
 }

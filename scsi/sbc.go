@@ -112,6 +112,19 @@ func execRead(c *cmdCtx) failure {
 	return ok
 }
 
+// writeProtect fails medium writes on a read-only logical unit (DATA
+// PROTECT, WRITE PROTECTED) or while the control mode page's SWP bit is set
+// (DATA PROTECT, LOGICAL UNIT SOFTWARE WRITE PROTECTED; SPC-4 §7.5.8).
+func (lu *LogicalUnit) writeProtect() failure {
+	if lu.cfg.ReadOnly {
+		return fail(ReasonWriteProtected)
+	}
+	if lu.swp.Load() {
+		return fail(ReasonSoftwareWriteProtected)
+	}
+	return ok
+}
+
 // writeThrough reports whether a write must be durable before status:
 // FUA set or the caching page's WCE=0 (SBC-3 §4.15).
 func (lu *LogicalUnit) writeThrough(fua bool) bool {
@@ -137,8 +150,8 @@ func (lu *LogicalUnit) writeBlocks(data []byte, lba uint64, fua bool) failure {
 // execWrite: WRITE(6/10/12/16), SBC-3 §5.31–5.34.
 func execWrite(c *cmdCtx) failure {
 	lu := c.lu
-	if lu.cfg.ReadOnly {
-		return fail(ReasonWriteProtected)
+	if f := lu.writeProtect(); f.failed() {
+		return f
 	}
 	lba, n, lf := lbaLen(c.cdb)
 	if f := lu.checkXfer(n, lf); f.failed() {
@@ -163,8 +176,8 @@ func execWrite(c *cmdCtx) failure {
 // and compared.
 func execWriteAndVerify(c *cmdCtx) failure {
 	lu := c.lu
-	if lu.cfg.ReadOnly {
-		return fail(ReasonWriteProtected)
+	if f := lu.writeProtect(); f.failed() {
+		return f
 	}
 	lba, n, lf := lbaLen(c.cdb)
 	if f := lu.checkXfer(n, lf); f.failed() {
@@ -300,8 +313,8 @@ func execVerify(c *cmdCtx) failure {
 // write to the logical unit.
 func execCompareAndWrite(c *cmdCtx) failure {
 	lu := c.lu
-	if lu.cfg.ReadOnly {
-		return fail(ReasonWriteProtected)
+	if f := lu.writeProtect(); f.failed() {
+		return f
 	}
 	lba := be64(c.cdb[2:])
 	n := uint64(c.cdb[13])
@@ -345,8 +358,8 @@ func execCompareAndWrite(c *cmdCtx) failure {
 // written to every LBA.
 func execWriteSame(c *cmdCtx) failure {
 	lu := c.lu
-	if lu.cfg.ReadOnly {
-		return fail(ReasonWriteProtected)
+	if f := lu.writeProtect(); f.failed() {
+		return f
 	}
 	lba, n, lf := lbaLen(c.cdb)
 	unmap := c.cdb[1]&0x08 != 0
@@ -427,8 +440,8 @@ func execUnmap(c *cmdCtx) failure {
 	if lu.unmapper == nil {
 		return fail(ReasonInvalidOpcode)
 	}
-	if lu.cfg.ReadOnly {
-		return fail(ReasonWriteProtected)
+	if f := lu.writeProtect(); f.failed() {
+		return f
 	}
 	plen := int(be16(c.cdb[7:]))
 	if f := c.needsParamList(plen); f.failed() {

@@ -46,6 +46,7 @@ const (
 	ReasonLUNNotSupported                                 // 05/25/00 LOGICAL UNIT NOT SUPPORTED
 	ReasonSavingNotSupported                              // 05/39/00 SAVING PARAMETERS NOT SUPPORTED
 	ReasonWriteProtected                                  // 07/27/00 WRITE PROTECTED
+	ReasonSoftwareWriteProtected                          // 07/27/02 LOGICAL UNIT SOFTWARE WRITE PROTECTED
 	ReasonSpaceAllocFailed                                // 07/27/07 SPACE ALLOCATION FAILED WRITE PROTECT
 	ReasonReadError                                       // 03/11/00 UNRECOVERED READ ERROR
 	ReasonWriteError                                      // 03/0C/00 WRITE ERROR
@@ -85,6 +86,7 @@ var reasonTable = [numReasons]reasonEntry{
 	ReasonLUNNotSupported:                   {StatusCheckCondition, SenseIllegalRequest, 0x25, 0x00},
 	ReasonSavingNotSupported:                {StatusCheckCondition, SenseIllegalRequest, 0x39, 0x00},
 	ReasonWriteProtected:                    {StatusCheckCondition, SenseDataProtect, 0x27, 0x00},
+	ReasonSoftwareWriteProtected:            {StatusCheckCondition, SenseDataProtect, 0x27, 0x02},
 	ReasonSpaceAllocFailed:                  {StatusCheckCondition, SenseDataProtect, 0x27, 0x07},
 	ReasonReadError:                         {StatusCheckCondition, SenseMediumError, 0x11, 0x00},
 	ReasonWriteError:                        {StatusCheckCondition, SenseMediumError, 0x0C, 0x00},
