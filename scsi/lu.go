@@ -73,7 +73,8 @@ type LUConfig struct {
 	// reservations and SPC-2 RESERVE/RELEASE). Nil means a fresh
 	// pr.New(pr.Config{}) without persistence.
 	Reservations *pr.State
-	// Logger receives diagnostics; nil discards them.
+	// Logger receives diagnostics; nil means the logger of the target the
+	// logical unit is added to, with a "lun" attribute.
 	Logger *slog.Logger
 }
 
@@ -81,9 +82,11 @@ type LUConfig struct {
 // NewLogicalUnit and attach it to a Target with AddLUN. Safe for concurrent
 // use.
 type LogicalUnit struct {
-	cfg   LUConfig
-	bs    backstore.Backstore
-	log   *slog.Logger
+	cfg LUConfig
+	bs  backstore.Backstore
+	// log receives diagnostics: LUConfig.Logger, else the logger of the
+	// target the logical unit is attached to.
+	log   atomic.Pointer[slog.Logger]
 	bsz   uint32 // logical block length, bytes
 	shift uint   // log2(bsz)
 
@@ -126,9 +129,11 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	if cfg.Backstore == nil {
 		return nil, ErrNoBackstore
 	}
-	lu := &LogicalUnit{cfg: cfg, bs: cfg.Backstore, log: cfg.Logger}
-	if lu.log == nil {
-		lu.log = slog.New(slog.DiscardHandler)
+	lu := &LogicalUnit{cfg: cfg, bs: cfg.Backstore}
+	if cfg.Logger != nil {
+		lu.log.Store(cfg.Logger)
+	} else {
+		lu.log.Store(slog.New(slog.DiscardHandler))
 	}
 	bsz := cfg.BlockSize
 	if bsz == 0 {
@@ -281,6 +286,8 @@ func naaFromSerial(serial string, bs any) [16]byte {
 	return n
 }
 
+func (lu *LogicalUnit) logger() *slog.Logger { return lu.log.Load() }
+
 // BlockSize returns the logical block length in bytes.
 func (lu *LogicalUnit) BlockSize() uint32 { return lu.bsz }
 
@@ -311,7 +318,7 @@ func (lu *LogicalUnit) Resize(size int64) error {
 	nb := uint64(lu.bs.Size()) >> lu.shift
 	if lu.blocks.Swap(nb) != nb {
 		lu.uaAllExisting(ReasonUACapacityChanged, "")
-		lu.log.Info("scsi: capacity changed", "blocks", nb)
+		lu.logger().Info("scsi: capacity changed", "blocks", nb)
 	}
 	return nil
 }

@@ -314,7 +314,7 @@ func execModeSelect(c *cmdCtx) failure {
 	if save && next != lu.saved {
 		// SP=1: every savable page is saved, those sent included.
 		if err := lu.cfg.ModePages.Save(next.image()); err != nil {
-			lu.log.Warn("scsi: saving mode pages failed", "err", err)
+			lu.logger().Warn("scsi: saving mode pages failed", "err", err)
 			return fail(ReasonInternalFailure)
 		}
 		lu.saved = next

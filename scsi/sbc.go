@@ -105,7 +105,7 @@ func execRead(c *cmdCtx) failure {
 		return ok
 	}
 	if _, err := lu.bs.ReadAt(c.cmd.DataIn[:m], lu.byteOff(lba)); err != nil {
-		lu.log.Warn("scsi: read failed", "lba", lba, "blocks", n, "err", err)
+		lu.logger().Warn("scsi: read failed", "lba", lba, "blocks", n, "err", err)
 		return ioFailure(err, false, lba)
 	}
 	c.res.DataInLen = m
@@ -141,7 +141,7 @@ func (lu *LogicalUnit) writeBlocks(data []byte, lba uint64, fua bool) failure {
 		err = lu.syncer.Sync()
 	}
 	if err != nil {
-		lu.log.Warn("scsi: write failed", "lba", lba, "bytes", len(data), "err", err)
+		lu.logger().Warn("scsi: write failed", "lba", lba, "bytes", len(data), "err", err)
 		return ioFailure(err, true, lba)
 	}
 	return ok

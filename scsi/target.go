@@ -125,6 +125,9 @@ func (t *Target) AddLUN(lun uint64, lu *LogicalUnit) error {
 	if !lu.attached.CompareAndSwap(false, true) {
 		return ErrLUAttached
 	}
+	if lu.cfg.Logger == nil {
+		lu.log.Store(t.log.With("lun", lun))
+	}
 	m := maps.Clone(old)
 	m[lun] = lu
 	t.luns.Store(&m)
