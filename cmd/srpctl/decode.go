@@ -31,7 +31,7 @@ func newDecodeCmd() *cobra.Command {
 
 The IU comes from the arguments as hex (spaces and colons allowed, an
 optional 0x prefix), from --file as raw binary, or else from standard input:
-hex text, or raw binary when the input is not hex.
+hex text when the input is printable text, raw binary otherwise.
 
 Field names are the member names of the Linux structs in
 include/scsi/srp.h. --json prints one JSON object with those keys, port IDs
@@ -61,16 +61,15 @@ exit status 1.`,
 }
 
 // decodeInput returns the IU bytes from the arguments, the file or stdin.
+// Standard input that is all printable text is parsed as hex (and its
+// errors reported); anything else is taken as the raw IU. A raw IU always
+// holds reserved zero bytes, so it is never mistaken for text.
 func decodeInput(args []string, file string, stdin io.Reader) ([]byte, error) {
 	switch {
 	case len(args) > 0 && file != "":
 		return nil, errors.New("give hex arguments or --file, not both")
 	case len(args) > 0:
-		b, ok := parseHex(strings.Join(args, " "))
-		if !ok {
-			return nil, errors.New("arguments are not hex digits (spaces and colons allowed)")
-		}
-		return b, nil
+		return parseHex(strings.Join(args, " "))
 	case file != "":
 		return os.ReadFile(file)
 	}
@@ -78,32 +77,46 @@ func decodeInput(args []string, file string, stdin io.Reader) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading standard input: %w", err)
 	}
-	if b, ok := parseHex(string(raw)); ok {
-		return b, nil
+	if len(raw) > 0 && isText(raw) {
+		return parseHex(string(raw))
 	}
 	return raw, nil
 }
 
+// isText reports whether b is printable ASCII and line breaks only.
+func isText(b []byte) bool {
+	for _, c := range b {
+		if (c < 0x20 || c > 0x7e) && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
 // parseHex decodes hex text with optional 0x prefixes, whitespace and
-// colons between digits. It reports false for anything else, or for an odd
-// number of digits.
-func parseHex(s string) ([]byte, bool) {
+// colons between digits. The error names the first token that is not hex,
+// or reports an odd number of digits or no digits at all.
+func parseHex(s string) ([]byte, error) {
 	var digits strings.Builder
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool {
 		return r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == ':'
 	}) {
-		f = strings.TrimPrefix(strings.TrimPrefix(f, "0x"), "0X")
-		digits.WriteString(f)
+		h := strings.TrimPrefix(strings.TrimPrefix(f, "0x"), "0X")
+		if h == "" || strings.IndexFunc(h, func(r rune) bool {
+			return !('0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F')
+		}) >= 0 {
+			return nil, fmt.Errorf("not hex: %q (give hex digits, spaces and colons allowed)", f)
+		}
+		digits.WriteString(h)
 	}
 	d := digits.String()
-	if d == "" || len(d)%2 != 0 {
-		return nil, false
+	if d == "" {
+		return nil, errors.New("empty input")
 	}
-	b, err := hex.DecodeString(d)
-	if err != nil {
-		return nil, false
+	if len(d)%2 != 0 {
+		return nil, fmt.Errorf("not hex: odd number of hex digits (%d)", len(d))
 	}
-	return b, true
+	return hex.DecodeString(d)
 }
 
 // runDecode decodes in and prints it to w.

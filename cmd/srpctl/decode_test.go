@@ -180,6 +180,13 @@ func TestDecodeBadInput(t *testing.T) {
 		{"short rdma", []byte("00000000"), []string{"--rdma-cm"}, "need 56 bytes"},
 		{"missing file", nil, []string{"--file", "/nonexistent/iu.bin"}, "no such file"},
 		{"file and args", nil, []string{"--file", "x", "00"}, "not both"},
+		// Text on stdin that is not valid hex is reported as such, not
+		// decoded as binary (where 'c' would be opcode 0x63).
+		{"typo on stdin", []byte("c1000000 0000000g\n"), nil, `not hex: "0000000g"`},
+		{"odd digits on stdin", []byte("c10\n"), nil, "odd number of hex digits"},
+		{"blank stdin", []byte(" \n\n"), nil, "empty input"},
+		{"xxd dump on stdin", []byte("00000000: 4100 0000 0000 0000 0000 0000 0000 0005  A...............\n"), nil, "not hex"},
+		{"bad argument named", nil, []string{"c1", "00zz"}, `not hex: "00zz"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
