@@ -15,8 +15,15 @@ import (
 	"github.com/gosrp/gosrp/srp"
 )
 
-// Receive buffers beyond the request limit: room for the IUs that spend no
-// credit (SRP_I_LOGOUT, SRP_CRED_RSP, SRP_AER_RSP) and for a login IU.
+// Receive buffers beyond twice the request limit: room for the IUs that
+// spend no credit (SRP_I_LOGOUT, SRP_CRED_RSP, SRP_AER_RSP) and a login IU.
+//
+// The ring holds 2*RQSize+extraRecv buffers because a command keeps its
+// receive buffer (which may hold its immediate data) until its SRP_RSP send
+// completes, while the initiator may reuse the credit as soon as it sees the
+// response: up to RQSize answered-but-unreleased commands plus RQSize new
+// requests can be in the ring at once. iWARP has no RNR retry, so a SEND
+// finding no receive buffer is fatal to the connection (RFC 5041 §7.2).
 const extraRecv = 4
 
 // Send contexts reserved for target-initiated IUs, after the RQSize
@@ -108,6 +115,7 @@ type channel struct {
 	recvLens   []int // received bytes per receive slot
 	warnedLim  bool
 	inRunWait  bool
+	prePosted  bool // the receive ring was posted by AcceptRecv
 	pool       map[int][]rdma.MemoryRegion // free data buffers by size class
 	inUse      map[rdma.MemoryRegion]struct{}
 
@@ -208,7 +216,7 @@ func (p *Port) newChannel(pl *pendingLogin, log *slog.Logger) (*channel, error) 
 		inUse:    map[rdma.MemoryRegion]struct{}{},
 		closeReq: make(chan closeRequest, 1),
 		done:     make(chan struct{}),
-		nRecv:    cfg.RQSize + extraRecv,
+		nRecv:    2*cfg.RQSize + extraRecv,
 		nSend:    cfg.RQSize + nReserved,
 		cred:     newCredits(cfg.RQSize),
 	}
@@ -275,10 +283,11 @@ func (c *channel) freeRings() {
 }
 
 // qpConfig sizes the queue pair: ib_srpt asks for 4 RDMA READs each way
-// (responder_resources, initiator_depth); we ask for more ORD since write
-// data is fetched by RDMA READ and the provider negotiates it down.
+// (responder_resources, initiator_depth); we ask for 8 outstanding RDMA
+// READs since write data is fetched by READ (the provider negotiates it
+// down to the initiator's IRD).
 func (c *channel) qpConfig() rdma.QPConfig {
-	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: 1, IRD: 4, ORD: 16}
+	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: 1, IRD: 4, ORD: 8}
 }
 
 // loginResponse encodes the SRP_LOGIN_RSP (ib_srpt values: max_it_iu_len =
@@ -327,15 +336,34 @@ func (c *channel) sendSlot(i int) []byte {
 	return c.sendMR.Bytes()[off : off+c.cfg.MaxRspSize]
 }
 
-func (c *channel) postRecv(slots ...int) {
-	if c.state >= stateDisconnecting {
-		return
-	}
+func (c *channel) recvWRs(slots ...int) []rdma.RecvWR {
 	wrs := make([]rdma.RecvWR, len(slots))
 	for i, s := range slots {
 		wrs[i] = rdma.RecvWR{ID: uint64(s), Local: rdma.SGE{MR: c.recvMR, Offset: c.recvBase + s*c.recvStride + c.recvAlign, Length: c.cfg.MaxReqSize}}
 	}
-	if err := c.conn.PostRecv(wrs...); err != nil {
+	return wrs
+}
+
+// accept accepts req with reply private data pd. When the provider can, the
+// whole receive ring is posted before the reply goes out, so the
+// initiator's first IUs find buffers on transports without RNR retry.
+func (c *channel) accept(ctx context.Context, req rdma.ConnRequest, pd []byte) (rdma.Conn, error) {
+	if ra, ok := req.(rdma.RecvFirstAcceptor); ok {
+		slots := make([]int, c.nRecv)
+		for i := range slots {
+			slots[i] = i
+		}
+		c.prePosted = true
+		return ra.AcceptRecv(ctx, c.qpConfig(), pd, c.recvWRs(slots...))
+	}
+	return req.Accept(ctx, c.qpConfig(), pd)
+}
+
+func (c *channel) postRecv(slots ...int) {
+	if c.state >= stateDisconnecting {
+		return
+	}
+	if err := c.conn.PostRecv(c.recvWRs(slots...)...); err != nil {
 		c.log.Warn("post receive failed", "err", err)
 		c.closeNow("post receive failed")
 	}
@@ -354,11 +382,13 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 	if c.ordAvail <= 0 {
 		c.ordAvail = 1
 	}
-	slots := make([]int, c.nRecv)
-	for i := range slots {
-		slots[i] = i
+	if !c.prePosted {
+		slots := make([]int, c.nRecv)
+		for i := range slots {
+			slots[i] = i
+		}
+		c.postRecv(slots...)
 	}
-	c.postRecv(slots...)
 	go c.poll()
 	c.log.Info("channel connected", "remote", addrString(conn.RemoteAddr()), "imm", c.immOffset > 0, "established", established)
 	if established {
@@ -550,7 +580,12 @@ func (c *channel) onCompletion(wc *rdma.Completion) {
 	}
 	rec := c.wrs[wc.ID]
 	if rec == nil {
-		c.log.Warn("completion for unknown work request", "id", wc.ID, "op", wc.Op)
+		if wc.Status != rdma.StatusSuccess && wc.Status != rdma.StatusFlushed {
+			c.log.Warn("work request failed", "op", wc.Op, "status", wc.Status, "err", wc.Err)
+			c.closeNow("work request failed")
+		} else if wc.ID != wrSendBit {
+			c.log.Warn("completion for unknown work request", "id", wc.ID, "op", wc.Op)
+		}
 		return
 	}
 	delete(c.wrs, wc.ID)
@@ -810,8 +845,9 @@ func (c *channel) pump() {
 		c.nextWR++
 		id := wrSendBit | c.nextWR
 		for i := range b.wrs {
-			b.wrs[i].ID = id
+			b.wrs[i].ID = wrSendBit // unsignaled: only an error or a flush completes it
 		}
+		b.wrs[len(b.wrs)-1].ID = id
 		if err := c.conn.PostSend(b.wrs...); err != nil {
 			if errors.Is(err, rdma.ErrQueueFull) {
 				break

@@ -248,7 +248,7 @@ func (p *Port) HandleConnRequest(ctx context.Context, req rdma.ConnRequest) {
 		return
 	}
 	rsp := c.loginResponse(lr.Tag, pl.rspFlags)
-	conn, err := req.Accept(ctx, c.qpConfig(), rsp)
+	conn, err := c.accept(ctx, req, rsp)
 	if err != nil {
 		p.abandon(pl)
 		c.freeRings()
@@ -272,7 +272,7 @@ func (p *Port) acceptIUForm(ctx context.Context, req rdma.ConnRequest, log *slog
 		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
 		return
 	}
-	conn, err := req.Accept(ctx, c.qpConfig(), nil)
+	conn, err := c.accept(ctx, req, nil)
 	if err != nil {
 		c.freeRings()
 		log.Warn("accept failed", "err", err)
