@@ -17,7 +17,7 @@ import (
 // INQUIRY, READ CAPACITY(16), REPORT LUNS, SYNCHRONIZE CACHE and TEST UNIT
 // READY (which it can hold to exercise aborts).
 type fakeTarget struct {
-	t      *testing.T
+	t      testing.TB
 	dev    *loopback.Device
 	ln     rdma.Listener
 	disk   []byte
@@ -42,7 +42,7 @@ type fakeTarget struct {
 
 const fakeBlocks = 2048
 
-func newFakeTarget(t *testing.T, net *loopback.Network) *fakeTarget {
+func newFakeTarget(t testing.TB, net *loopback.Network) *fakeTarget {
 	ft := &fakeTarget{t: t, dev: net.NewDevice("target"), disk: make([]byte, fakeBlocks*512),
 		reqLim: 32, maxIT: 8276, immOK: true, held: map[uint64]chan struct{}{}}
 	ctx, cancel := context.WithCancel(context.Background())
