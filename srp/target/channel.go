@@ -115,7 +115,7 @@ type channel struct {
 	recvLens   []int // received bytes per receive slot
 	warnedLim  bool
 	inRunWait  bool
-	prePosted  bool // the receive ring was posted by AcceptRecv
+	prePosted  bool                        // the receive ring was posted by AcceptRecv
 	pool       map[int][]rdma.MemoryRegion // free data buffers by size class
 	inUse      map[rdma.MemoryRegion]struct{}
 
