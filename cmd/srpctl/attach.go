@@ -182,10 +182,6 @@ func newAttachCmd() *cobra.Command {
 		Short: "expose each LUN as MOUNTPOINT/lun<N> through FUSE (use with losetup); detaches on SIGINT/SIGTERM",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if tf.reconnectDelay == 0 {
-				// A mounted LUN should ride out a target restart quickly.
-				tf.reconnectDelay = time.Second
-			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			s, err := tf.connect(ctx, args[0])

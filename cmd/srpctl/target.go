@@ -40,7 +40,7 @@ func addTargetFlags(c *cobra.Command, tf *targetFlags, withLUN bool) {
 	}
 	f.DurationVar(&tf.timeout, "connect-timeout", 15*time.Second, "login timeout")
 	f.DurationVar(&tf.cmdTimeout, "cmd-timeout", 0, "per-command timeout before ABORT TASK (default 30s)")
-	f.DurationVar(&tf.reconnectDelay, "reconnect-delay", 0, "wait between reconnect attempts (ib_srp reconnect_delay, default 10s; negative disables)")
+	f.DurationVar(&tf.reconnectDelay, "reconnect-delay", time.Second, "wait between reconnect attempts after a channel loss (ib_srp reconnect_delay; the library default is 10s; negative disables)")
 	f.DurationVar(&tf.fastIOFail, "fast-io-fail-tmo", 0, "fail I/O this long after a channel loss (default 15s)")
 	f.DurationVar(&tf.devLoss, "dev-loss-tmo", 0, "give up this long after a channel loss (default 600s)")
 	f.BoolVarP(&tf.verbose, "verbose", "v", false, "log channel events to stderr")
