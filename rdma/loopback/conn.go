@@ -508,7 +508,11 @@ func (c *Conn) fail(e *sendEntry, f *failure) {
 		theirs.Local = f.byPeer
 		errs[c.side], errs[peer.side] = mine, &theirs
 	}
-	c.completeSend(e, f.status, 0, errs[c.side])
+	if f.byPeer && f.status != rdma.StatusRNRRetryExceeded && c.dev.completeOnTransmit && e.wr.Op != rdma.OpRDMARead {
+		c.completeSend(e, rdma.StatusSuccess, 0, nil) // transmitted before the peer refused it
+	} else {
+		c.completeSend(e, f.status, 0, errs[c.side])
+	}
 	if f.recv != nil {
 		peer.push(cqEntry{c: rdma.Completion{ID: f.recv.ID, Op: rdma.OpRecv, Status: f.recvStatus, Err: errs[peer.side]}})
 	}

@@ -62,6 +62,9 @@
 //     SEND completions have ByteLen 0.
 //   - Unsignaled work requests that succeed produce no completion; errors and
 //     flushes always do.
+//   - WithCompleteOnTransmit reports responder-side errors of SEND and RDMA
+//     WRITE as iWARP providers do: the request completes successfully and the
+//     connection then goes down.
 //
 // Work executes synchronously inside PostSend and PostRecv (and inside a timer
 // callback for the optional RNR timeout and injected delays), under one mutex

@@ -151,6 +151,43 @@ func TestConformance(t *testing.T) {
 	rdmatest.Run(t, newPairFactory())
 }
 
+// TestConformanceCompleteOnTransmit runs the suite relaxed for iWARP-style
+// completions against the loopback in that mode.
+func TestConformanceCompleteOnTransmit(t *testing.T) {
+	rdmatest.RunWith(t, newPairFactory(WithCompleteOnTransmit()), rdmatest.Options{CompletesOnTransmit: true})
+}
+
+func TestCompleteOnTransmit(t *testing.T) {
+	dc, ac, dd, ad := connect(t, rdma.QPConfig{}, rdma.QPConfig{}, WithCompleteOnTransmit())
+	tgt := mustReg(t, ad, 8, rdma.AccessLocalWrite|rdma.AccessRemoteRead)
+	loc := mustReg(t, dd, 8, rdma.AccessLocalWrite)
+	rb := mustReg(t, ad, 8, rdma.AccessLocalWrite)
+	if err := ac.PostRecv(recvWR(5, rb, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.PostSend(writeWR(1, loc, tgt, 8)); err != nil { // no remote write right
+		t.Fatal(err)
+	}
+	cs := pollAll(t, dc)
+	if len(cs) != 1 {
+		t.Fatalf("completions %v", cs)
+	}
+	wantC(t, cs[0], 1, rdma.OpRDMAWrite, rdma.StatusSuccess)
+	var te *rdma.TerminateError
+	if !errors.As(dc.Err(), &te) || te.Local || te.Code != 0x02 {
+		t.Fatalf("Err %v, want the peer's access rights terminate", dc.Err())
+	}
+	wantC(t, pollAll(t, ac)[0], 5, rdma.OpRecv, rdma.StatusFlushed)
+
+	// A refused READ still reports its error.
+	dc2, _, dd2, ad2 := connect(t, rdma.QPConfig{}, rdma.QPConfig{}, WithCompleteOnTransmit())
+	src := mustReg(t, ad2, 8, rdma.AccessLocalWrite)
+	if err := dc2.PostSend(readWR(1, mustReg(t, dd2, 8, rdma.AccessLocalWrite), src, 8)); err != nil {
+		t.Fatal(err)
+	}
+	wantC(t, pollAll(t, dc2)[0], 1, rdma.OpRDMARead, rdma.StatusRemoteAccess)
+}
+
 func BenchmarkLoopback(b *testing.B) {
 	rdmatest.Benchmark(b, newPairFactory())
 }

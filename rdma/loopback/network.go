@@ -88,6 +88,17 @@ func WithRNRTimeout(d time.Duration) Option {
 	return func(dev *Device) { dev.rnrTimeout = d }
 }
 
+// WithCompleteOnTransmit makes SEND and RDMA WRITE complete as iWARP
+// providers such as siw complete them, on transmission: one the responder
+// refuses (bad key, bounds or rights, too long for the receive buffer, bad
+// key to invalidate) still completes successfully at the requester (no
+// completion if unsignaled), and the refusal shows only as the connection's
+// teardown with an *rdma.TerminateError. RNR timeouts and RDMA READ errors
+// keep their error completions.
+func WithCompleteOnTransmit() Option {
+	return func(d *Device) { d.completeOnTransmit = true }
+}
+
 // WithUncheckedORD makes PostSend on the device's connections skip the ORD
 // check, so a test can drive a peer's responder-side IRD check. Everything
 // else about ORD is unchanged.
@@ -98,11 +109,12 @@ func WithUncheckedORD() Option {
 // Device is a loopback protection domain implementing rdma.Device. Safe for
 // concurrent use.
 type Device struct {
-	net          *Network
-	name         string
-	log          *slog.Logger
-	rnrTimeout   time.Duration
-	uncheckedORD bool
+	net                *Network
+	name               string
+	log                *slog.Logger
+	rnrTimeout         time.Duration
+	uncheckedORD       bool
+	completeOnTransmit bool
 
 	mu        sync.Mutex // guards the fields below; taken after a pair's mutex, never before
 	closed    bool
