@@ -49,11 +49,12 @@ const (
 
 // Service actions.
 const (
-	saReadCapacity16 = 0x10 // SERVICE ACTION IN(16)
-	saGetLBAStatus   = 0x12 // SERVICE ACTION IN(16)
-	saReportTPG      = 0x0A // MAINTENANCE IN
-	saReportOpcodes  = 0x0C // MAINTENANCE IN
-	saReportTMFs     = 0x0D // MAINTENANCE IN
+	saReadCapacity16  = 0x10 // SERVICE ACTION IN(16)
+	saGetLBAStatus    = 0x12 // SERVICE ACTION IN(16)
+	saReportTPG       = 0x0A // MAINTENANCE IN
+	saReportOpcodes   = 0x0C // MAINTENANCE IN
+	saReportTMFs      = 0x0D // MAINTENANCE IN
+	saReportTimestamp = 0x0F // MAINTENANCE IN
 )
 
 // opEntry is one row of the opcode table: it drives CDB validation
@@ -201,6 +202,8 @@ func buildOpTable() *opTable {
 		{op: opMaintenanceIn, sa: saReportOpcodes, hasSA: true, name: "REPORT SUPPORTED OPERATION CODES", usage: []byte{0xA3, 0x1F, 0x87, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0}, exec: execReportOpcodes},
 		// SPC-4 §6.36 REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS: REPD (2 bit 7).
 		{op: opMaintenanceIn, sa: saReportTMFs, hasSA: true, name: "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS", usage: []byte{0xA3, 0x1F, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0}, exec: execReportTMFs},
+		// SPC-4 §6.38 REPORT TIMESTAMP: ALLOCATION LENGTH (6..9).
+		{op: opMaintenanceIn, sa: saReportTimestamp, hasSA: true, name: "REPORT TIMESTAMP", usage: []byte{0xA3, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0}, exec: execReportTimestamp},
 		// SBC-3 §5.10 READ(12).
 		{op: opRead12, name: "READ(12)", usage: []byte{0xA8, 0x1E, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execRead},
 		// SBC-3 §5.32 WRITE(12).

@@ -394,3 +394,18 @@ func execPreventAllow(c *cmdCtx) failure {
 	c.lu.mu.Unlock()
 	return ok
 }
+
+// execReportTimestamp: REPORT TIMESTAMP, SPC-4 §6.38 (table 309): the
+// target's clock in milliseconds since the Unix epoch, TIMESTAMP ORIGIN
+// 011b (set by a method outside SPC-4: the host clock).
+func execReportTimestamp(c *cmdCtx) failure {
+	alloc := int(be32(c.cdb[6:]))
+	ms := uint64(c.s.t.clock.Now().UnixMilli())
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint16(b, 10) // TIMESTAMP PARAMETER DATA LENGTH
+	b[2] = 0x03
+	for i := 0; i < 6; i++ {
+		b[4+i] = byte(ms >> (40 - 8*i))
+	}
+	return c.putDataIn(b, alloc)
+}

@@ -2,6 +2,7 @@ package scsi
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gosrp/gosrp/backstore"
 )
@@ -280,4 +281,23 @@ func TestEncodeDecodeLUN(t *testing.T) {
 			t.Fatalf("DecodeLUN(%#x) accepted", bad)
 		}
 	}
+}
+
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+func TestReportTimestamp(t *testing.T) {
+	lu, _ := NewLogicalUnit(LUConfig{Backstore: backstore.NewRAM(1 << 20)})
+	// 2026-01-02T03:04:05.006Z = 1767323045006 ms = 0x019b7ca98c8e.
+	tg := NewTarget(TargetConfig{Clock: fixedClock(time.Date(2026, 1, 2, 3, 4, 5, 6e6, time.UTC))})
+	tg.AddLUN(0, lu)
+	s := tg.NewSession(nexusA)
+	defer s.Close()
+	s.Execute(testCtx(t), &Command{CDB: cdbTUR()})
+	cmd := &Command{Tag: 1, CDB: []byte{0xA3, 0x0F, 0, 0, 0, 0, 0, 0, 0, 12, 0, 0}, DataIn: make([]byte, 12)}
+	if r := s.Execute(testCtx(t), cmd); r.Status != StatusGood || r.DataInLen != 12 {
+		t.Fatalf("%+v", r)
+	}
+	wantBytes(t, "REPORT TIMESTAMP", cmd.DataIn, hx(`000a 03 00 019b7ca98c8e 0000`))
 }

@@ -36,7 +36,8 @@ const ProtocolSRP = 0x4
 type TargetConfig struct {
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
-	// Clock is the time source; nil means the system clock.
+	// Clock is the time source (REPORT TIMESTAMP); nil means the system
+	// clock.
 	Clock Clock
 	// ProtocolID is the SCSI transport protocol identifier reported in
 	// device identification designators (SPC-4 §7.6.1); 0 means SRP (4).
