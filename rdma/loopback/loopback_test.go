@@ -326,10 +326,10 @@ func TestRegister(t *testing.T) {
 	if _, err := d.Register(nil, 0); !errors.Is(err, rdma.ErrClosed) {
 		t.Fatalf("Register on a closed device: %v", err)
 	}
-	if _, err := d.Listen(context.Background(), "x"); !errors.Is(err, rdma.ErrClosed) {
+	if _, err := d.Listen(testCtx(t), "x"); !errors.Is(err, rdma.ErrClosed) {
 		t.Fatalf("Listen on a closed device: %v", err)
 	}
-	if _, _, err := d.Dial(context.Background(), "x", rdma.QPConfig{}, nil); !errors.Is(err, rdma.ErrClosed) {
+	if _, _, err := d.Dial(testCtx(t), "x", rdma.QPConfig{}, nil); !errors.Is(err, rdma.ErrClosed) {
 		t.Fatalf("Dial on a closed device: %v", err)
 	}
 }
@@ -767,6 +767,7 @@ func TestDeviceCloseWhileDialing(t *testing.T) {
 // TestConcurrentCloseAndPost exercises posting, polling and closing at once
 // from several goroutines (meaningful under -race).
 func TestConcurrentCloseAndPost(t *testing.T) {
+	ctx := testCtx(t)
 	for round := range 20 {
 		dc, ac, dd, ad := connect(t, rdma.QPConfig{}, rdma.QPConfig{})
 		src := mustReg(t, dd, 8, 0)
@@ -779,7 +780,7 @@ func TestConcurrentCloseAndPost(t *testing.T) {
 				if err := ac.PostRecv(recvWR(uint64(i), rb, 8)); err != nil {
 					return
 				}
-				if _, err := ac.Poll(context.Background(), make([]rdma.Completion, 4)); err != nil {
+				if _, err := ac.Poll(ctx, make([]rdma.Completion, 4)); err != nil {
 					return
 				}
 			}
@@ -788,7 +789,7 @@ func TestConcurrentCloseAndPost(t *testing.T) {
 		go func() {
 			defer close(pollDone)
 			for {
-				if _, err := dc.Poll(context.Background(), make([]rdma.Completion, 4)); err != nil {
+				if _, err := dc.Poll(ctx, make([]rdma.Completion, 4)); err != nil {
 					return
 				}
 			}

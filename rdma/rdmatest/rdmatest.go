@@ -16,8 +16,11 @@
 //
 //   - Listen on the factory's address, then Dial the listener's
 //     Addr().String(): the address may ask for a free port (":0").
-//   - Dial honours its context: with nobody accepting, it returns an error
-//     matching context.DeadlineExceeded when the context expires.
+//   - Dial and Poll honour their contexts: with nobody accepting, or nothing
+//     to complete, they return an error matching context.DeadlineExceeded
+//     when the context expires (an abandoned Poll leaves the connection up).
+//   - Connect requests may be answered in any order; Listener.Accept and a
+//     blocked Poll return when the listener or connection closes.
 //   - Private data up to MaxPrivateData of the receiving side arrives intact
 //     (request: the listener's device; reply and reject: the dialer's).
 //     Longer private data fails with rdma.ErrPrivateDataTooLong before
@@ -65,8 +68,12 @@
 //     provider started for them exits (checked against the goroutine count
 //     before the factory was called, with a deadline).
 //
-// Subtests run sequentially (the goroutine check needs it), each with fresh
-// devices from the factory and a context deadline of at most 30 s.
+// Both directions are exercised: the dialer (an SRP initiator) and the
+// acceptor (an SRP target, which issues the RDMA READs and WRITEs) each act as
+// requester. Subtests run sequentially (the goroutine check needs it; do not
+// run the suite in parallel with other tests of the same process), each with
+// fresh devices from the factory and a context deadline of at most 30 s.
+// RunWith relaxes the suite for documented provider differences (Options).
 package rdmatest
 
 import (
