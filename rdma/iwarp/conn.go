@@ -89,21 +89,24 @@ type conn struct {
 	orqLen  int
 	// confirm: SEND and RDMA WRITE complete only once a later Read
 	// Response proves the peer processed them (see Config.CompleteOnTransmit).
-	confirm  bool
-	txSeq    uint64        // seq+1 of the last send work request taken for transmission
-	fenced   uint64        // txSeq covered by the last Read (user's or fence) sent
-	rq       []rdma.RecvWR // ring, RecvDepth entries
-	rqHead   int
-	rqLen    int
-	rxBusy   bool   // a receive WR is taken by a multi-segment Send in progress
-	rxBusyID uint64 // ... its ID
-	irq      []inboundRead
-	irqHead  int
-	irqLen   int
-	irqTx    int // entries of irq taken by the writer
-	cq       []cqEntry
-	err      error
-	term     *termInfo // Terminate the writer sends before closing
+	confirm bool
+	txSeq   uint64 // seq+1 of the last send work request taken for transmission
+	fenced  uint64 // txSeq covered by the last Read (user's or fence) sent
+	// fencesOut fences are on the wire, at most maxFences: ORD after an
+	// RFC 6581 IRD/ORD exchange, 1 otherwise (the peer's IRD is unknown).
+	fencesOut, maxFences int
+	rq                   []rdma.RecvWR // ring, RecvDepth entries
+	rqHead               int
+	rqLen                int
+	rxBusy               bool   // a receive WR is taken by a multi-segment Send in progress
+	rxBusyID             uint64 // ... its ID
+	irq                  []inboundRead
+	irqHead              int
+	irqLen               int
+	irqTx                int // entries of irq taken by the writer
+	cq                   []cqEntry
+	err                  error
+	term                 *termInfo // Terminate the writer sends before closing
 
 	txWake    chan struct{}
 	cqWake    chan struct{}
@@ -141,13 +144,17 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 		sq:  make([]sqEntry, q.SendDepth),
 		orq: make([]orqEntry, max(caps.ORD, 1)),
 		// Fences need a Read slot at the peer.
-		confirm: !d.cfg.CompleteOnTransmit && caps.ORD > 0,
-		rq:      make([]rdma.RecvWR, q.RecvDepth),
+		confirm:   !d.cfg.CompleteOnTransmit && caps.ORD > 0,
+		maxFences: 1,
+		rq:        make([]rdma.RecvWR, q.RecvDepth),
 		// One more than IRD: the RTR Read in peer-to-peer mode.
 		irq:    make([]inboundRead, o.IRDLimit+1),
 		txWake: make(chan struct{}, 1),
 		cqWake: make(chan struct{}, 1),
 		done:   make(chan struct{}),
+	}
+	if o.Negotiated {
+		c.maxFences = caps.ORD
 	}
 	c.rx.init()
 	c.tx.init(c)

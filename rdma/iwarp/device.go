@@ -1,14 +1,3 @@
-// Package iwarp is a pure-Go iWARP provider of the rdma transport contract:
-// RDMAP (RFC 5040) over DDP (RFC 5041) over MPA (RFC 5044, with the RFC 6581
-// enhanced connection establishment) over TCP. It speaks the wire protocol of
-// Linux soft-iWARP (siw) and so interoperates with kernel RDMA consumers
-// (ib_srpt, ib_srp) running on siw.
-//
-// Each connection has one reader goroutine, which parses FPDUs and places
-// tagged data (RDMA WRITE, RDMA READ Response) directly into the registered
-// region, and one writer goroutine, which gathers the FPDUs of all queued work
-// into one vectored write. Every protocol violation found on receive is
-// answered with a Terminate (RFC 5040 §7) and tears the connection down.
 package iwarp
 
 import (

@@ -30,6 +30,9 @@ type mpaOutcome struct {
 	IRDLimit int
 	CRC      bool    // FPDUs carry CRC32c: either side asked (RFC 5044 §7.1)
 	RTR      RTRType // peer-to-peer RTR to send (initiator) or await (responder)
+	// Negotiated: IRD/ORD came from an RFC 6581 exchange (else the peer's
+	// IRD is unknown).
+	Negotiated bool
 }
 
 func baseCaps(q rdma.QPConfig) rdma.Caps {
@@ -82,6 +85,7 @@ func mpaInitiatorOutcome(p mpaParams, req, rep mpaFrame) (mpaOutcome, []byte, er
 	}
 	o.Caps.ORD = min(p.QP.ORD, int(w.IRD))
 	o.Caps.IRD = int(w.ORD)
+	o.Negotiated = true
 	if offered.PeerToPeer && w.PeerToPeer {
 		switch {
 		case w.WriteRTR && offered.WriteRTR:
@@ -131,6 +135,7 @@ func mpaReply(p mpaParams, req mpaFrame, reject bool, pd []byte) (mpaFrame, mpaO
 		if !reject {
 			o.Caps.ORD = min(p.QP.ORD, int(rw.IRD))
 			o.Caps.IRD = min(p.QP.IRD, int(rw.ORD))
+			o.Negotiated = true
 			w.ORD = uint16(o.Caps.ORD)
 			if rw.PeerToPeer && p.PeerToPeer {
 				w.PeerToPeer = true

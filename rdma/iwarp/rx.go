@@ -282,6 +282,9 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 		c.orqHead = (c.orqHead + 1) % len(c.orq)
 		c.orqLen--
 		bound := oe.upTo
+		if oe.fence {
+			c.fencesOut--
+		}
 		if e != nil {
 			e.state = sqDone
 			e.length = min(e.length, e.placed)

@@ -271,16 +271,17 @@ func (c *conn) writer() {
 				c.sqNext = (c.sqNext + 1) % len(c.sq)
 				c.sqUntx--
 			}
-			fenceMSN := uint32(0)
-			if c.confirm && c.txSeq > c.fenced && c.orqLen < c.caps.ORD {
-				fenceMSN = t.msn[qnReadReq]
+			fence, fenceMSN := false, uint32(0)
+			if c.confirm && c.txSeq > c.fenced && c.orqLen < c.caps.ORD && c.fencesOut < c.maxFences {
+				fence, fenceMSN = true, t.msn[qnReadReq]
 				t.msn[qnReadReq]++
 				c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = orqEntry{idx: -1, fence: true, upTo: c.txSeq}
 				c.orqLen++
+				c.fencesOut++
 				c.fenced = c.txSeq
 			}
 			c.mu.Unlock()
-			if len(t.takeIRQ) == 0 && len(t.takeSQ) == 0 && fenceMSN == 0 {
+			if len(t.takeIRQ) == 0 && len(t.takeSQ) == 0 && !fence {
 				break
 			}
 			// The entries taken are stable until they complete, and they
@@ -304,7 +305,7 @@ func (c *conn) writer() {
 					})
 				}
 			}
-			if fenceMSN != 0 {
+			if fence {
 				t.emitReadRequest(fenceMSN, readRequest{})
 			}
 			t.flush()
