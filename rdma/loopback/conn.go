@@ -391,6 +391,16 @@ func (c *Conn) execute(e *sendEntry) (stalled bool, f *failure) {
 		r := peer.rq[0]
 		peer.rq = peer.rq[1:]
 		f := &failure{recv: &r, byPeer: true}
+		if ft := peer.matchFault(rdma.OpRecv); ft != nil {
+			if ft.Drop {
+				f.status, f.recvStatus, f.dropped = rdma.StatusRetryExceeded, rdma.StatusFlushed, true
+			} else {
+				f.status, f.recvStatus = rdma.StatusRemoteOperation, ft.Status
+				f.layer, f.typ, f.code = 0, 0, 0xff
+				f.detail = "injected receive fault: " + ft.Status.String()
+			}
+			return false, f
+		}
 		switch {
 		case !r.Local.MR.(*memoryRegion).usable():
 			f.status, f.recvStatus = rdma.StatusRemoteOperation, rdma.StatusLocalProtection

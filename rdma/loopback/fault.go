@@ -7,10 +7,16 @@ import (
 	"github.com/gosrp/gosrp/rdma"
 )
 
-// Fault makes chosen send work requests misbehave, for testing how upper
-// layers cope. A fault is checked when a send work request reaches the head
-// of its send queue for the first time; it hits the matching requests after
+// Fault makes chosen work requests misbehave, for testing how upper layers
+// cope. A send fault is checked when a send work request reaches the head of
+// its send queue for the first time; a receive fault (Op rdma.OpRecv) when an
+// incoming SEND consumes a receive. It hits the matching requests after
 // skipping Skip of them, Count times in all, and is then spent.
+//
+// A receive fault completes the receive with Status (the SEND that consumed
+// it fails with rdma.StatusRemoteOperation, as when a responder hits a local
+// error) and the QP goes to error; with Drop it loses the connection instead
+// (the receive is flushed). Delay does not apply to receives.
 //
 // What a hit does, in order of precedence:
 //   - Drop: the connection is lost: the hit request completes with
@@ -26,7 +32,8 @@ import (
 //     only together with Delay.
 type Fault struct {
 	// Op limits the fault to one opcode (rdma.OpSend, rdma.OpSendInvalidate,
-	// rdma.OpRDMAWrite, rdma.OpRDMARead); 0 matches every send work request.
+	// rdma.OpRDMAWrite, rdma.OpRDMARead, or rdma.OpRecv for receives); 0
+	// matches every send work request.
 	Op rdma.Opcode
 	// Skip is how many matching requests pass unharmed first.
 	Skip int
@@ -54,6 +61,9 @@ func newFaultState(f Fault) (*faultState, error) {
 	if f.Skip < 0 || f.Count < 0 {
 		return nil, errors.New("loopback: fault with negative Skip or Count")
 	}
+	if f.Op == rdma.OpRecv && !f.Drop && (f.Delay > 0 || f.Status == rdma.StatusSuccess) {
+		return nil, errors.New("loopback: a receive fault needs Status or Drop, and no Delay")
+	}
 	n := f.Count
 	if n == 0 {
 		n = 1
@@ -62,8 +72,9 @@ func newFaultState(f Fault) (*faultState, error) {
 }
 
 // take reports whether this fault hits a request with opcode op, counting it.
+// Op 0 matches send work requests only.
 func (s *faultState) take(op rdma.Opcode) bool {
-	if s.hit == 0 || (s.f.Op != 0 && s.f.Op != op) {
+	if s.hit == 0 || (s.f.Op != op && (s.f.Op != 0 || op == rdma.OpRecv)) {
 		return false
 	}
 	if s.skip > 0 {

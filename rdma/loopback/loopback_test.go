@@ -699,6 +699,63 @@ func TestFaultDrop(t *testing.T) {
 	}
 }
 
+func TestFaultReceive(t *testing.T) {
+	dc, ac, dd, ad := connect(t, rdma.QPConfig{}, rdma.QPConfig{})
+	rb := mustReg(t, ad, 8, rdma.AccessLocalWrite)
+	if err := ac.PostRecv(recvWR(1, rb, 8), recvWR(2, rb, 8), recvWR(3, rb, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ac.InjectFault(Fault{Op: rdma.OpRecv, Status: rdma.StatusLocalProtection}); err != nil {
+		t.Fatal(err)
+	}
+	src := mustReg(t, dd, 8, 0)
+	if err := dc.PostSend(sendWR(10, src, 8), sendWR(11, src, 8)); err != nil && !errors.Is(err, rdma.ErrClosed) {
+		t.Fatal(err)
+	}
+	ra := pollAll(t, ac)
+	if len(ra) != 3 {
+		t.Fatalf("receiver completions %v", ra)
+	}
+	wantC(t, ra[0], 1, rdma.OpRecv, rdma.StatusLocalProtection)
+	wantC(t, ra[1], 2, rdma.OpRecv, rdma.StatusFlushed)
+	wantC(t, pollAll(t, dc)[0], 10, rdma.OpSend, rdma.StatusRemoteOperation)
+
+	// Fault validation.
+	for _, f := range []Fault{{Op: rdma.OpRecv}, {Op: rdma.OpRecv, Status: rdma.StatusLocalLength, Delay: time.Second}} {
+		if err := dd.InjectFault(f); err == nil {
+			t.Errorf("fault %+v accepted", f)
+		}
+	}
+}
+
+func TestFaultReceiveDropAndAnyOpSkipsReceives(t *testing.T) {
+	dc, ac, dd, ad := connect(t, rdma.QPConfig{}, rdma.QPConfig{})
+	rb := mustReg(t, ad, 8, rdma.AccessLocalWrite)
+	if err := ac.PostRecv(recvWR(1, rb, 8), recvWR(2, rb, 8)); err != nil {
+		t.Fatal(err)
+	}
+	// An any-op fault on the receiver's device does not hit receives.
+	if err := ad.InjectFault(Fault{Status: rdma.StatusFatal}); err != nil {
+		t.Fatal(err)
+	}
+	src := mustReg(t, dd, 8, 0)
+	if err := dc.PostSend(sendWR(10, src, 8)); err != nil {
+		t.Fatal(err)
+	}
+	wantC(t, poll1(t, ac), 1, rdma.OpRecv, rdma.StatusSuccess)
+	if err := ac.InjectFault(Fault{Op: rdma.OpRecv, Drop: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.PostSend(sendWR(11, src, 8)); err != nil {
+		t.Fatal(err)
+	}
+	wantC(t, pollAll(t, ac)[0], 2, rdma.OpRecv, rdma.StatusFlushed)
+	wantC(t, pollAll(t, dc)[1], 11, rdma.OpSend, rdma.StatusRetryExceeded)
+	if ac.Err() != ErrConnectionLost {
+		t.Fatalf("Err %v", ac.Err())
+	}
+}
+
 func TestDialCanceledRequest(t *testing.T) {
 	ctx := testCtx(t)
 	n := NewNetwork()
