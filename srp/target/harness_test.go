@@ -317,12 +317,16 @@ func (e *env) login(lr srp.LoginRequest) *ini {
 // send posts one IU as a SEND.
 func (i *ini) send(iu []byte) {
 	i.t.Helper()
+	if err := i.trySend(iu); err != nil {
+		i.t.Fatalf("post send: %v", err)
+	}
+}
+
+func (i *ini) trySend(iu []byte) error {
 	slot := i.sends % 64
 	i.sends++
 	n := copy(i.sendMR.Bytes()[slot*8192:], iu)
-	if err := i.conn.PostSend(rdma.SendWR{ID: 1 << 32, Op: rdma.OpSend, Signaled: true, Local: []rdma.SGE{{MR: i.sendMR, Offset: slot * 8192, Length: n}}}); err != nil {
-		i.t.Fatalf("post send: %v", err)
-	}
+	return i.conn.PostSend(rdma.SendWR{ID: 1 << 32, Op: rdma.OpSend, Signaled: true, Local: []rdma.SGE{{MR: i.sendMR, Offset: slot * 8192, Length: n}}})
 }
 
 func (i *ini) sendIU(iu srp.IU) {
