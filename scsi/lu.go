@@ -63,9 +63,12 @@ type LUConfig struct {
 	// RotationRate is the MEDIUM ROTATION RATE of VPD B1h: 0 not reported,
 	// 1 non-rotating (solid state), else rpm.
 	RotationRate uint16
-	// PhysicalBlockExponent is LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT of
-	// READ CAPACITY(16) (SBC-3 §5.16.2).
-	PhysicalBlockExponent uint8
+	// PhysicalBlockSize is the physical block length in bytes, a power of
+	// two multiple of BlockSize reported as LOGICAL BLOCKS PER PHYSICAL
+	// BLOCK EXPONENT in READ CAPACITY(16) (SBC-3 §5.16.2). 0 means 4096
+	// (the host page size, the granularity of file and RAM backstores), or
+	// BlockSize if larger.
+	PhysicalBlockSize uint32
 	// ModePages keeps saved mode page values (MODE SELECT SP=1); nil means
 	// saving is not supported (SAVING PARAMETERS NOT SUPPORTED).
 	ModePages ModePageStore
@@ -89,6 +92,7 @@ type LogicalUnit struct {
 	log   atomic.Pointer[slog.Logger]
 	bsz   uint32 // logical block length, bytes
 	shift uint   // log2(bsz)
+	pbExp uint8  // log2(physical block / logical block)
 
 	syncer    backstore.Syncer   // nil when the backstore has no cache
 	unmapper  backstore.Unmapper // nil unless ThinProvisioning
@@ -152,6 +156,14 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	}
 	lu.bsz = bsz
 	lu.shift = uint(bits.TrailingZeros32(bsz))
+	pbs := cfg.PhysicalBlockSize
+	if pbs == 0 {
+		pbs = max(4096, bsz)
+	}
+	if pbs < bsz || pbs&(pbs-1) != 0 || bits.TrailingZeros32(pbs)-int(lu.shift) > 15 {
+		return nil, fmt.Errorf("scsi: physical block size %d is not a power of two multiple of %d", pbs, bsz)
+	}
+	lu.pbExp = uint8(bits.TrailingZeros32(pbs) - int(lu.shift))
 	if s, ok := cfg.Backstore.(backstore.Syncer); ok {
 		lu.syncer = s
 	}

@@ -553,7 +553,7 @@ func execReadCapacity16(c *cmdCtx) failure {
 	}
 	binary.BigEndian.PutUint64(b, last)
 	binary.BigEndian.PutUint32(b[8:], lu.bsz)
-	b[13] = lu.cfg.PhysicalBlockExponent & 0x0F
+	b[13] = lu.pbExp // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT
 	if lu.unmapper != nil {
 		b[14] = 0x80 | 0x40 // LBPME, LBPRZ
 	}

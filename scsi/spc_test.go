@@ -77,11 +77,17 @@ func TestVPDThin(t *testing.T) {
 func TestReadCapacity(t *testing.T) {
 	f := newFixture(t, LUConfig{Backstore: backstore.NewRAM(1 << 20)})
 	wantBytes(t, "RC10", f.in([]byte{0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 8), hx(`00 00 07 ff 00 00 02 00`))
-	wantBytes(t, "RC16", f.in(cdbRC16(32), 32), hx(`00000000000007ff 00000200 00 00 00 00`+zeros(16)))
+	// LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT 3: 4 KiB physical blocks.
+	wantBytes(t, "RC16", f.in(cdbRC16(32), 32), hx(`00000000000007ff 00000200 00 03 00 00`+zeros(16)))
+	h := newFixture(t, LUConfig{Backstore: backstore.NewRAM(1 << 20), PhysicalBlockSize: 512})
+	wantBytes(t, "RC16 512 physical", h.in(cdbRC16(16), 16), hx(`00000000000007ff 00000200 00 00 00 00`))
+	if _, err := NewLogicalUnit(LUConfig{Backstore: backstore.NewRAM(1 << 20), PhysicalBlockSize: 1000}); err == nil {
+		t.Fatal("physical block size 1000 accepted")
+	}
 	// LBA without PMI is invalid (SBC-3 §5.15.1).
 	wantField(t, f.run(f.s, 0, []byte{0x25, 0, 0, 0, 0, 1, 0, 0, 0, 0}, nil, 8), 0x24, true, 2, -1)
 
-	g := newFixture(t, LUConfig{Backstore: backstore.NewRAM(8 << 20), BlockSize: 4096, ThinProvisioning: true, PhysicalBlockExponent: 0})
+	g := newFixture(t, LUConfig{Backstore: backstore.NewRAM(8 << 20), BlockSize: 4096, ThinProvisioning: true, PhysicalBlockSize: 0})
 	wantBytes(t, "RC16 4k thin", g.in(cdbRC16(32), 32), hx(`00000000000007ff 00001000 00 00 c0 00`+zeros(16)))
 }
 
