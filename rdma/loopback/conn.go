@@ -252,8 +252,10 @@ func (c *Conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 				out[i] = e.c
 				c.release(e)
 			}
-			clear(c.cq[:n])
-			c.cq = c.cq[n:]
+			// Shift the rest down so the backing array is reused.
+			rest := copy(c.cq, c.cq[n:])
+			clear(c.cq[rest:])
+			c.cq = c.cq[:rest]
 			c.p.mu.Unlock()
 			return n, nil
 		}
