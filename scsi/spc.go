@@ -184,7 +184,7 @@ func (lu *LogicalUnit) blockLimits() []byte {
 	// Offsets below are page offsets minus the 4-byte header.
 	b[0] = 0x01 // byte 4: WSNZ (WRITE SAME with 0 blocks is rejected, as LIO)
 	b[1] = lu.cfg.MaxCompareAndWriteBlocks
-	binary.BigEndian.PutUint16(b[2:], 1) // OPTIMAL TRANSFER LENGTH GRANULARITY
+	binary.BigEndian.PutUint16(b[2:], 1<<lu.pbExp) // OPTIMAL TRANSFER LENGTH GRANULARITY: a physical block
 	maxXfer := lu.cfg.MaxTransferBytes >> lu.shift
 	binary.BigEndian.PutUint32(b[4:], maxXfer) // MAXIMUM TRANSFER LENGTH
 	binary.BigEndian.PutUint32(b[8:], maxXfer) // OPTIMAL TRANSFER LENGTH

@@ -43,7 +43,7 @@ func TestVPDPages(t *testing.T) {
 			`41 94 00 04 00 00 00 01` + // relative target port 1 (SRP, PIV)
 			`41 95 00 04 00 00 00 00`}, // target port group 0
 		{0x86, `00 86 00 3c 00 07` + zeros(58)},
-		{0xB0, `00 b0 00 3c 01 ff 00 01 00 00 40 00 00 00 40 00` + zeros(20) + `00 00 00 00 00 40 00 00` + zeros(20)},
+		{0xB0, `00 b0 00 3c 01 ff 00 08 00 00 40 00 00 00 40 00` + zeros(20) + `00 00 00 00 00 40 00 00` + zeros(20)},
 		{0xB1, `00 b1 00 3c` + zeros(60)},
 	}
 	for _, c := range cases {
