@@ -31,7 +31,8 @@ func newDecodeCmd() *cobra.Command {
 
 The IU comes from the arguments as hex (spaces and colons allowed, an
 optional 0x prefix), from --file as raw binary, or else from standard input:
-hex text when the input is printable text, raw binary otherwise.
+hex text when the input is printable text, raw binary otherwise (at most
+32 MiB).
 
 Field names are the member names of the Linux structs in
 include/scsi/srp.h. --json prints one JSON object with those keys, port IDs
@@ -71,16 +72,39 @@ func decodeInput(args []string, file string, stdin io.Reader) ([]byte, error) {
 	case len(args) > 0:
 		return parseHex(strings.Join(args, " "))
 	case file != "":
-		return os.ReadFile(file)
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		return readLimited(f, file)
 	}
-	raw, err := io.ReadAll(stdin)
+	raw, err := readLimited(stdin, "standard input")
 	if err != nil {
-		return nil, fmt.Errorf("reading standard input: %w", err)
+		return nil, err
 	}
 	if len(raw) > 0 && isText(raw) {
 		return parseHex(string(raw))
 	}
 	return raw, nil
+}
+
+// maxDecodeInput bounds the bytes decode reads from a file or standard
+// input, so that /dev/zero or an endless pipe fails instead of exhausting
+// memory. It is far above any IU size Linux negotiates. A variable so that
+// tests can lower it.
+var maxDecodeInput = 32 << 20
+
+// readLimited reads r to the end, failing beyond maxDecodeInput bytes.
+func readLimited(r io.Reader, name string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(maxDecodeInput)+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	if len(b) > maxDecodeInput {
+		return nil, fmt.Errorf("%s: input exceeds %d bytes", name, maxDecodeInput)
+	}
+	return b, nil
 }
 
 // isText reports whether b is printable ASCII and line breaks only.

@@ -202,6 +202,32 @@ func TestDecodeBadInput(t *testing.T) {
 	}
 }
 
+// endless is an input that never ends, like /dev/zero.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+func TestDecodeEndlessInput(t *testing.T) {
+	defer func(n int) { maxDecodeInput = n }(maxDecodeInput)
+	maxDecodeInput = 64 << 10
+	cmd := newDecodeCmd()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetIn(endless{})
+	cmd.SetArgs(nil)
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "input exceeds") {
+		t.Fatalf("endless stdin: %v", err)
+	}
+	if _, err := runCmd(t, nil, "--file", "/dev/zero"); err == nil || !strings.Contains(err.Error(), "input exceeds") {
+		t.Fatalf("--file /dev/zero: %v", err)
+	}
+}
+
 func TestDecodeEveryGoldenIU(t *testing.T) {
 	// One of each remaining IU type, hand-written.
 	for name, h := range map[string]string{
