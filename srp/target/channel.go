@@ -248,6 +248,13 @@ func (p *Port) newChannel(pl *pendingLogin, log *slog.Logger) (*channel, error) 
 	c.ctx, c.stop = context.WithCancel(context.Background())
 
 	p.mu.Lock()
+	if !p.enabled || p.closed {
+		p.mu.Unlock()
+		_ = c.recvMR.Deregister()
+		_ = c.sendMR.Deregister()
+		c.stop()
+		return nil, errors.New("port disabled")
+	}
 	p.nextCh++
 	c.id = p.nextCh
 	p.channels[c] = struct{}{}
