@@ -49,7 +49,12 @@ func (s *session) Execute(ctx context.Context, cmd *Command) Result {
 		return checkResult(fail(ReasonOverlappedCommands), lu.dsense())
 	}
 	s.tags[cmd.Tag] = t
+	_, known := s.seen[lu]
+	if !known {
+		s.seen[lu] = struct{}{} // admit creates the nexus's UA entry
+	}
 	s.mu.Unlock()
+	t.knownLU = known
 
 	c := &t.cmdCtx
 	c.ctx, c.s, c.lu, c.cmd, c.cdb = ctx, s, lu, cmd, cdb
@@ -108,8 +113,10 @@ func (s *session) admit(ctx context.Context, t *task) (f failure, entered, run b
 	// nor clear it; REQUEST SENSE returns it as its parameter data and
 	// clears it (execRequestSense) instead of failing.
 	if op == opInquiry || op == opReportLUNs || op == opRequestSense {
-		lu.touch(s.key)
-	} else if r := lu.takeUA(s.key); r != ReasonNone {
+		if !t.knownLU {
+			lu.touch(s.key)
+		}
+	} else if r := lu.takeUAFast(s.key, t.knownLU); r != ReasonNone {
 		return fail(r), false, false
 	}
 	ent, f := s.t.ops.lookup(c.cdb)

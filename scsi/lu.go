@@ -120,6 +120,9 @@ type LogicalUnit struct {
 	ts taskSet
 	pr *pr.State
 
+	// uaPending counts the unit attentions queued in uas, for all nexuses.
+	uaPending atomic.Int64
+
 	mu       sync.Mutex // guards mode, uas, prevent
 	mode     modePages  // current values
 	uas      map[string][]Reason
@@ -345,9 +348,26 @@ func (lu *LogicalUnit) uaForLocked(key string) []Reason {
 	q, ok := lu.uas[key]
 	if !ok {
 		q = []Reason{ReasonUAPowerOn}
-		lu.uas[key] = q
+		lu.setUALocked(key, q)
 	}
 	return q
+}
+
+// setUALocked replaces the nexus's queue, keeping uaPending in step.
+// lu.mu must be held.
+func (lu *LogicalUnit) setUALocked(key string, q []Reason) {
+	lu.uaPending.Add(int64(len(q) - len(lu.uas[key])))
+	lu.uas[key] = q
+}
+
+// takeUAFast is takeUA for the data path: when the nexus has reached the
+// LU before (known) and no unit attention is pending for any nexus, it
+// returns ReasonNone without taking lu.mu.
+func (lu *LogicalUnit) takeUAFast(key string, known bool) Reason {
+	if known && lu.uaPending.Load() == 0 {
+		return ReasonNone
+	}
+	return lu.takeUA(key)
 }
 
 // touch records that the nexus reached the LU (creating its UA entry).
@@ -367,7 +387,7 @@ func (lu *LogicalUnit) takeUA(key string) Reason {
 		return ReasonNone
 	}
 	r := q[0]
-	lu.uas[key] = q[1:]
+	lu.setUALocked(key, q[1:])
 	return r
 }
 
@@ -377,7 +397,7 @@ func (lu *LogicalUnit) establishUALocked(key string, r Reason) {
 	q := lu.uaForLocked(key)
 	_, asc, _ := r.SenseCodes()
 	if asc == 0x29 {
-		lu.uas[key] = []Reason{r}
+		lu.setUALocked(key, []Reason{r})
 		return
 	}
 	for _, x := range q {
@@ -390,7 +410,7 @@ func (lu *LogicalUnit) establishUALocked(key string, r Reason) {
 			return
 		}
 	}
-	lu.uas[key] = append(q, r)
+	lu.setUALocked(key, append(q, r))
 }
 
 // uaAllExisting establishes r for every nexus that has reached the LU,
@@ -411,6 +431,7 @@ func (lu *LogicalUnit) uaAllExisting(r Reason, except string) {
 func (lu *LogicalUnit) dropNexus(n Nexus) {
 	key := nexusKey(n)
 	lu.mu.Lock()
+	lu.uaPending.Add(-int64(len(lu.uas[key])))
 	delete(lu.uas, key)
 	delete(lu.prevent, key)
 	lu.mu.Unlock()

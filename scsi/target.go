@@ -208,7 +208,7 @@ func DecodeLUN(field uint64) (n uint64, ok bool) {
 // NewSession opens the core's side of I_T nexus n. The session lives until
 // Close. Sessions for the same nexus share its unit attentions.
 func (t *Target) NewSession(n Nexus) Session {
-	s := &session{t: t, nexus: n, key: nexusKey(n), tags: make(map[uint64]*task)}
+	s := &session{t: t, nexus: n, key: nexusKey(n), tags: make(map[uint64]*task), seen: make(map[*LogicalUnit]struct{})}
 	t.mu.Lock()
 	t.sessions[s] = struct{}{}
 	t.nexusRef[s.key]++
@@ -238,6 +238,9 @@ type session struct {
 	mu     sync.Mutex
 	tags   map[uint64]*task // outstanding commands by tag
 	closed bool
+	// seen holds the logical units this session reached; their unit
+	// attention entry for the nexus exists (takeUAFast).
+	seen map[*LogicalUnit]struct{}
 }
 
 // Close implements Session: outstanding commands are aborted (silently) and

@@ -9,11 +9,12 @@ import (
 // carries the command context handed to the opcode handlers, so a command
 // costs one allocation.
 type task struct {
-	ts   *taskSet
-	sess *session
-	tag  uint64
-	attr TaskAttr
-	seq  uint64
+	ts      *taskSet
+	sess    *session
+	knownLU bool // the session had reached the LU before this command
+	tag     uint64
+	attr    TaskAttr
+	seq     uint64
 
 	// Linked list of the task set, oldest first; guarded by ts.mu.
 	prev, next *task
