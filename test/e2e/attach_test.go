@@ -124,9 +124,15 @@ func TestAttachFilesystem(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	before := e.syncs.Load()
 	must("sync")
 	must("umount", fsdir)
 	mounted = false
+	// ext4's flushes reach the loop device, whose flush is an fsync of the
+	// FUSE file, which srpctl turns into SYNCHRONIZE CACHE.
+	if e.syncs.Load() == before {
+		t.Error("no SYNCHRONIZE CACHE reached the target after sync and umount")
+	}
 	// Drop the loop device's cache so the check reads from the target.
 	must("losetup", "-d", loop)
 	looped = false

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,12 +28,31 @@ import (
 
 const guid = 0x0002c90300a1b2c3
 
-// core adapts the scsi.Target to the SRP target's Core.
-type core struct{ t *scsi.Target }
+// core adapts the scsi.Target to the SRP target's Core and counts the
+// SYNCHRONIZE CACHE commands that reach it.
+type core struct {
+	t     *scsi.Target
+	syncs *atomic.Int64
+}
 
-func (c core) OpenSession(n scsi.Nexus) (scsi.Session, error) { return c.t.NewSession(n), nil }
+func (c core) OpenSession(n scsi.Nexus) (scsi.Session, error) {
+	return countingSession{c.t.NewSession(n), c.syncs}, nil
+}
+
+type countingSession struct {
+	scsi.Session
+	syncs *atomic.Int64
+}
+
+func (s countingSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Result {
+	if len(cmd.CDB) > 0 && (cmd.CDB[0] == 0x35 || cmd.CDB[0] == 0x91) {
+		s.syncs.Add(1)
+	}
+	return s.Session.Execute(ctx, cmd)
+}
 
 type env struct {
+	syncs  atomic.Int64 // SYNCHRONIZE CACHE (10) and (16) executed
 	port   *target.Port
 	addr   string
 	iDev   rdma.Device
@@ -63,7 +83,8 @@ func startTarget(t *testing.T, tdev, idev rdma.Device, addr string) *env {
 			t.Fatal(err)
 		}
 	}
-	port, err := target.NewPort(target.Config{ServiceGUID: guid, DemoMode: true, Logger: logger()}, tdev, core{st})
+	e := &env{iDev: idev, blocks: (64 << 20) / 512}
+	port, err := target.NewPort(target.Config{ServiceGUID: guid, DemoMode: true, Logger: logger()}, tdev, core{st, &e.syncs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +105,8 @@ func startTarget(t *testing.T, tdev, idev rdma.Device, addr string) *env {
 		idev.Close()
 		tdev.Close()
 	})
-	return &env{port: port, addr: ln.Addr().String(), iDev: idev, blocks: (64 << 20) / 512}
+	e.port, e.addr = port, ln.Addr().String()
+	return e
 }
 
 func loopbackEnv(t *testing.T) *env {
