@@ -42,7 +42,7 @@ Linux sends as RDMA/CM private data (struct srp_login_req_rdma).
 
 Malformed input is reported in one line naming the offending field, with
 exit status 1.`,
-		Example: `  srpctl decode c1000000 00000001 0000000000000009 0000 0102 ...
+		Example: `  srpctl decode c1000000 00000002 0000000000000010 00000100 00000000 00000000 00000000 00000004 00000005
   srpctl decode --rdma-cm --json < login.bin
   xxd -p iu.bin | srpctl decode`,
 		RunE: func(c *cobra.Command, args []string) error {

@@ -202,6 +202,22 @@ func TestDecodeBadInput(t *testing.T) {
 	}
 }
 
+func TestDecodeHelpExample(t *testing.T) {
+	// The first example of the help runs as shown.
+	line := strings.TrimSpace(strings.SplitN(newDecodeCmd().Example, "\n", 2)[0])
+	args, ok := strings.CutPrefix(line, "srpctl decode ")
+	if !ok {
+		t.Fatalf("example %q", line)
+	}
+	out, err := runCmd(t, nil, strings.Fields(args)...)
+	if err != nil {
+		t.Fatalf("%s: %v", line, err)
+	}
+	if !strings.Contains(out, "SRP_RSP (40 bytes)") || !strings.Contains(out, "resp_data          00000005") {
+		t.Fatalf("%s:\n%s", line, out)
+	}
+}
+
 // endless is an input that never ends, like /dev/zero.
 type endless struct{}
 
