@@ -275,13 +275,12 @@ func (s *session) TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTa
 
 // reset performs the logical unit reset side effects (SAM-5 §6.3.3): mode
 // parameters return to their saved values (the defaults without a store),
-// medium removal prevention ends, RESERVE/RELEASE reservations are
+// RESERVE/RELEASE reservations are
 // released, and every nexus gets BUS DEVICE RESET FUNCTION OCCURRED.
 func (lu *LogicalUnit) reset() {
 	lu.mu.Lock()
 	lu.mode = lu.saved
 	lu.applyModeLocked()
-	clear(lu.prevent)
 	for k := range lu.uas {
 		lu.establishUALocked(k, ReasonUALUNReset)
 	}

@@ -123,10 +123,9 @@ type LogicalUnit struct {
 	// uaPending counts the unit attentions queued in uas, for all nexuses.
 	uaPending atomic.Int64
 
-	mu       sync.Mutex // guards mode, uas, prevent
+	mu       sync.Mutex // guards mode, saved, uas
 	mode     modePages  // current values
 	uas      map[string][]Reason
-	prevent  map[string]bool
 	modeDefs modePages // default values
 	saved    modePages // saved values (modeDefs without a store)
 }
@@ -243,7 +242,6 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	lu.mode = lu.saved
 	lu.applyModeLocked()
 	lu.uas = make(map[string][]Reason)
-	lu.prevent = make(map[string]bool)
 	lu.ts.init()
 	lu.pr = cfg.Reservations
 	if lu.pr == nil {
@@ -425,7 +423,7 @@ func (lu *LogicalUnit) uaAllExisting(r Reason, except string) {
 	}
 }
 
-// dropNexus forgets the nexus's unit attention and medium removal state
+// dropNexus forgets the nexus's unit attention state
 // and tells the reservation state the I_T nexus was lost (its SPC-2
 // reservation is released).
 func (lu *LogicalUnit) dropNexus(n Nexus) {
@@ -433,7 +431,6 @@ func (lu *LogicalUnit) dropNexus(n Nexus) {
 	lu.mu.Lock()
 	lu.uaPending.Add(-int64(len(lu.uas[key])))
 	delete(lu.uas, key)
-	delete(lu.prevent, key)
 	lu.mu.Unlock()
 	lu.pr.NexusLost(pr.Nexus(n))
 }

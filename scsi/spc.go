@@ -382,16 +382,13 @@ func execStartStop(c *cmdCtx) failure {
 	return ok
 }
 
-// execPreventAllow: SPC-4 §6.13. PREVENT 00b/01b are recorded per nexus;
-// 10b/11b (obsolete medium changer values) are invalid.
+// execPreventAllow: SPC-4 §6.13. The medium is not removable (RMB=0), so
+// PREVENT 00b and 01b have nothing to act on and succeed; 10b and 11b
+// (obsolete medium changer values) are invalid.
 func execPreventAllow(c *cmdCtx) failure {
-	p := c.cdb[4] & 0x03
-	if p > 1 {
+	if c.cdb[4]&0x03 > 1 {
 		return badCDB(4, 1)
 	}
-	c.lu.mu.Lock()
-	c.lu.prevent[c.s.key] = p == 1
-	c.lu.mu.Unlock()
 	return ok
 }
 
