@@ -102,26 +102,33 @@ func TestLUNMapping(t *testing.T) {
 	}
 }
 
-// BenchmarkIO4K measures 4 KiB READ and WRITE commands per second over the
-// loopback provider, 16 commands in flight.
+// BenchmarkIO4K measures 4 KiB READ and WRITE commands (write data fetched
+// by RDMA READ, or sent as immediate data) per second over the loopback
+// provider, 16 commands in flight.
 func BenchmarkIO4K(b *testing.B) {
 	for _, op := range []struct {
 		name string
 		code byte
-	}{{"read", 0x28}, {"write", 0x2a}} {
+		imm  bool
+	}{{"read", 0x28, false}, {"write", 0x2a, false}, {"write-imm", 0x2a, true}} {
 		b.Run(op.name, func(b *testing.B) {
 			e := newEnvB(b)
 			i := e.login(defaultLogin())
 			const depth = 16
+			imm := make([]byte, 4096)
 			descs := make([]srp.DirectBuf, depth)
 			for k := range descs {
 				_, descs[k] = i.buf(k*4096, 4096)
 			}
 			cmd := func(tag uint64) srp.IU {
 				c := &srp.Cmd{Tag: tag, CDB: cdb10(op.code, uint32(tag%512)*8, 8)}
-				if op.code == 0x28 {
+				switch {
+				case op.code == 0x28:
 					c.DataIn = direct(descs[tag%depth])
-				} else {
+				case op.imm:
+					c.DataOut = srp.DataBuf{Format: srp.DescImm}
+					c.ImmData = imm
+				default:
 					c.DataOut = direct(descs[tag%depth])
 				}
 				return c
