@@ -30,9 +30,9 @@ func newDecodeCmd() *cobra.Command {
 		Long: `Decode one SRP information unit (IU) and print its fields.
 
 The IU comes from the arguments as hex (spaces and colons allowed, an
-optional 0x prefix), from --file as raw binary, or else from standard input:
-hex text when the input is printable text, raw binary otherwise (at most
-32 MiB).
+optional 0x prefix), from --file, or else from standard input. A file or
+standard input holding printable text is read as hex, anything else as the
+raw binary IU (at most 32 MiB).
 
 Field names are the member names of the Linux structs in
 include/scsi/srp.h. --json prints one JSON object with those keys, port IDs
@@ -54,7 +54,7 @@ exit status 1.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.file, "file", "", "read the IU as raw binary from `FILE`")
+	f.StringVar(&o.file, "file", "", "read the IU from `FILE` (raw binary, or hex text)")
 	f.BoolVar(&o.json, "json", false, "print JSON keyed by the Linux struct member names")
 	f.BoolVar(&o.rdmaCM, "rdma-cm", false, "decode the 56-byte RDMA/CM login request (srp_login_req_rdma)")
 	f.IntVar(&o.immOffset, "imm-offset", srp.DefaultImmDataOffset, "imm_data_offset of SRP_CMD immediate data, in `BYTES`")
@@ -62,8 +62,8 @@ exit status 1.`,
 }
 
 // decodeInput returns the IU bytes from the arguments, the file or stdin.
-// Standard input that is all printable text is parsed as hex (and its
-// errors reported); anything else is taken as the raw IU. A raw IU always
+// A file or standard input that is all printable text is parsed as hex (and
+// its errors reported); anything else is taken as the raw IU. A raw IU always
 // holds reserved zero bytes, so it is never mistaken for text.
 func decodeInput(args []string, file string, stdin io.Reader) ([]byte, error) {
 	switch {
@@ -77,9 +77,13 @@ func decodeInput(args []string, file string, stdin io.Reader) ([]byte, error) {
 			return nil, err
 		}
 		defer f.Close()
-		return readLimited(f, file)
+		return hexOrBinary(readLimited(f, file))
 	}
-	raw, err := readLimited(stdin, "standard input")
+	return hexOrBinary(readLimited(stdin, "standard input"))
+}
+
+// hexOrBinary parses raw as hex if it is printable text, else returns it.
+func hexOrBinary(raw []byte, err error) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}

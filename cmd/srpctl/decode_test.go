@@ -146,6 +146,15 @@ func TestDecodeCmdFile(t *testing.T) {
 	if err != nil || !strings.Contains(out, "SRP_CMD (100 bytes)") || !strings.Contains(out, "va 0x20000 key 0x44 len 8192") {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	// A file of hex text (xxd -p output) is hex, not a binary IU.
+	hexPath := filepath.Join(t.TempDir(), "cmd.hex")
+	if err := os.WriteFile(hexPath, []byte(hex.EncodeToString(unhex(t, cmdIndirectHex))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out2, err := runCmd(t, nil, "--file", hexPath)
+	if err != nil || out2 != out {
+		t.Fatalf("hex file: %v\n%s", err, out2)
+	}
 }
 
 func TestDecodeRsp(t *testing.T) {
