@@ -130,7 +130,9 @@ func ctxFor(t *testing.T) context.Context {
 
 func (e *env) dial(t *testing.T, tune func(*initiator.Options)) *initiator.Session {
 	t.Helper()
-	o := initiator.Options{Dest: e.addr, IDExt: guid, IOCGUID: guid, InitiatorExt: 7, Logger: logger()}
+	// A short reconnect delay: a channel lost to a transport fault under
+	// test load recovers within the test's time.
+	o := initiator.Options{Dest: e.addr, IDExt: guid, IOCGUID: guid, InitiatorExt: 7, Logger: logger(), ReconnectDelay: 200 * time.Millisecond}
 	if tune != nil {
 		tune(&o)
 	}
