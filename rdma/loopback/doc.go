@@ -41,7 +41,9 @@
 // Every connection is a reliable connected queue pair. Work requests execute
 // in post order per send queue (RC ordering): a SEND posted after an RDMA
 // WRITE reaches the peer after the WRITE's data has been placed, and a work
-// request stalled (see RNR below) holds back everything behind it.
+// request stalled (see RNR below) holds back everything behind it. An RDMA
+// READ therefore sees exactly the WRITEs posted before it; real providers may
+// also let it see WRITEs posted after it (RFC 5040 §5.5).
 //
 //   - SEND consumes the peer's oldest posted receive. Its gather list is
 //     copied into the receive buffer when it executes; the receive completes

@@ -41,7 +41,9 @@
 //     that succeed produce none; error and flush completions carry the work
 //     request's ID and opcode (rdma.OpRecv for receives).
 //   - RC ordering: a SEND posted after an RDMA WRITE on the same connection
-//     completes at the receiver only after the WRITE's data is in place.
+//     completes at the receiver only after the WRITE's data is in place, and
+//     an RDMA READ returns data reflecting every WRITE posted before it (it
+//     may also reflect WRITEs posted after it: RFC 5040 §5.5).
 //   - A SEND consumes the oldest posted receive. Receives must be posted
 //     before the matching SEND arrives: the suite never relies on RNR retry,
 //     which iWARP does not have.
@@ -174,6 +176,7 @@ func RunWith(t *testing.T, f Factory, opts Options) {
 		{"Close/Device", testDeviceClose},
 		{"Concurrent", testConcurrent},
 		{"ManyConnections", testManyConnections},
+		{"RandomOps", testRandomOps},
 		{"GoroutineLeak", testGoroutineLeak},
 	}
 	for _, tc := range tests {
