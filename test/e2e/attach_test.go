@@ -85,6 +85,10 @@ func TestAttachFilesystem(t *testing.T) {
 		}
 		select {
 		case err := <-exited:
+			detached = true
+			if l := logBuf.String(); strings.Contains(l, "operation not permitted") || strings.Contains(l, "permission denied") {
+				t.Skipf("FUSE mounts not permitted here: %s", l)
+			}
 			t.Fatalf("srpctl attach exited: %v\n%s", err, logBuf.String())
 		case <-time.After(20 * time.Millisecond):
 		}

@@ -115,7 +115,10 @@ if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] && command -v mkfs.ext4 >/dev/null && 
   mkdir -p "$W/luns" "$W/fs"
   "$SRPCTL" attach "$TARGET" "$W/luns" >"$W/attach.log" 2>&1 &
   ATTACH_PID=$!
-  for _ in $(seq 200); do [ -e "$W/luns/lun0" ] && break; sleep 0.1; done
+  for _ in $(seq 200); do [ -e "$W/luns/lun0" ] && break; kill -0 "$ATTACH_PID" 2>/dev/null || break; sleep 0.1; done
+  if ! [ -e "$W/luns/lun0" ] && grep -Eqi "operation not permitted|permission denied" "$W/attach.log"; then
+    step "attach skipped: FUSE mounts not permitted here"; ATTACH_PID=""
+  else
   [ -e "$W/luns/lun0" ] || { cat "$W/attach.log" >&2; fail "attach: no lun0"; }
   LOOP=$(timeout 30 losetup -f --show "$W/luns/lun0") || fail losetup
   timeout 120 mkfs.ext4 -q -F "$LOOP" || fail mkfs.ext4
@@ -137,6 +140,7 @@ if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] && command -v mkfs.ext4 >/dev/null && 
   ATTACH_PID=""
   grep -q detached "$W/attach.log" || fail "attach: no detach message"
   mountpoint -q "$W/luns" && fail "still mounted after detach"
+  fi
 else
   step "attach skipped (needs root, /dev/fuse, losetup, mkfs.ext4)"
 fi
