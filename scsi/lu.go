@@ -95,6 +95,7 @@ type LogicalUnit struct {
 	pbExp uint8  // log2(physical block / logical block)
 
 	syncer    backstore.Syncer   // nil when the backstore has no cache
+	flush     groupSync          // coalesced syncer.Sync calls
 	unmapper  backstore.Unmapper // nil unless ThinProvisioning
 	samer     backstore.WriteSamer
 	allocStat backstore.AllocationStatuser
@@ -168,6 +169,7 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	lu.pbExp = uint8(bits.TrailingZeros32(pbs) - int(lu.shift))
 	if s, ok := cfg.Backstore.(backstore.Syncer); ok {
 		lu.syncer = s
+		lu.flush.syncer = s
 	}
 	if cfg.ThinProvisioning {
 		u, ok := cfg.Backstore.(backstore.Unmapper)

@@ -138,7 +138,7 @@ func (lu *LogicalUnit) writeBlocks(data []byte, lba uint64, fua bool) failure {
 	_, err := lu.bs.WriteAt(data, lu.byteOff(lba))
 	lu.writeMu.RUnlock()
 	if err == nil && lu.writeThrough(fua) {
-		err = lu.syncer.Sync()
+		err = lu.flush.Sync()
 	}
 	if err != nil {
 		lu.logger().Warn("scsi: write failed", "lba", lba, "bytes", len(data), "err", err)
@@ -344,7 +344,7 @@ func execCompareAndWrite(c *cmdCtx) failure {
 		return f
 	}
 	if lu.writeThrough(c.cdb[1]&0x08 != 0) {
-		if err := lu.syncer.Sync(); err != nil {
+		if err := lu.flush.Sync(); err != nil {
 			return ioFailure(err, true, lba)
 		}
 	}
@@ -394,7 +394,7 @@ func execWriteSame(c *cmdCtx) failure {
 		lu.writeMu.RUnlock()
 	}
 	if err == nil && lu.writeThrough(false) {
-		err = lu.syncer.Sync()
+		err = lu.flush.Sync()
 	}
 	if err != nil {
 		return ioFailure(err, true, lba)
@@ -501,7 +501,7 @@ func execSyncCache(c *cmdCtx) failure {
 		return f
 	}
 	if lu.syncer != nil {
-		if err := lu.syncer.Sync(); err != nil {
+		if err := lu.flush.Sync(); err != nil {
 			return ioFailure(err, true, lba)
 		}
 	}
