@@ -321,7 +321,8 @@ func (c *Cmd) Unmarshal(b []byte) error { return c.UnmarshalImm(b, DefaultImmDat
 
 // UnmarshalImm decodes an SRP_CMD whose immediate data, if any, starts
 // immDataOffset bytes from the start of the IU (the imm_data_offset the
-// initiator gave at login). It enforces the [DataBuf] rules. CDB and
+// initiator gave at login, at most MaxImmDataOffset). It enforces the
+// [DataBuf] rules. CDB and
 // ImmData alias b; the descriptor slices reuse the capacity of c's, so
 // decoding repeatedly into the same Cmd does not allocate. On error c is
 // left in an unspecified state.
@@ -351,6 +352,9 @@ func (c *Cmd) UnmarshalImm(b []byte, immDataOffset int) error {
 		return err
 	}
 	if outFmt == DescImm {
+		if immDataOffset > MaxImmDataOffset {
+			return errInvalid(iu, "imm_data_offset", off, "%d does not fit the 16-bit login field", immDataOffset)
+		}
 		if immDataOffset < end {
 			return errInvalid(iu, "imm_data_offset", off, "immediate data at %d starts inside the descriptors (end %d)", immDataOffset, end)
 		}

@@ -81,6 +81,11 @@ func TestCmdStrict(t *testing.T) {
 	wantErr(t, c.UnmarshalImm(imm, 200), "imm_buf.len", ErrTruncated)
 	// Negative offsets are inside the descriptors too.
 	wantErr(t, c.UnmarshalImm(imm, -1), "imm_data_offset", ErrInvalid)
+	// imm_data_offset is a 16-bit login field: a larger one is invalid even
+	// when the buffer reaches that far (it could not be encoded back).
+	wantErr(t, c.UnmarshalImm(imm, 0x10000), "imm_data_offset", ErrInvalid)
+	far := append(bytes.Clone(imm[:52]), make([]byte, 0x10000-52+8)...)
+	wantErr(t, c.UnmarshalImm(far, 0x10000), "imm_data_offset", ErrInvalid)
 	// The low two bits of add_cdb_len are reserved and ignored.
 	if _, err := UnmarshalCmd(mutate(none, func(b []byte) { b[31] = 3 })); err != nil {
 		t.Fatalf("reserved add_cdb_len bits: %v", err)
