@@ -669,6 +669,29 @@ func TestFaultDelayKeepsOrder(t *testing.T) {
 	wantC(t, poll1(t, dc), 2, rdma.OpSend, rdma.StatusSuccess)
 }
 
+func TestFaultCountIsSpent(t *testing.T) {
+	dc, _, dd, ad := connect(t, rdma.QPConfig{}, rdma.QPConfig{})
+	src := mustReg(t, dd, 8, 0)
+	copy(src.Bytes(), "abcdefgh")
+	dst := mustReg(t, ad, 8, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	if err := dc.InjectFault(Fault{Op: rdma.OpRDMAWrite, Count: 2, Delay: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.PostSend(writeWR(1, src, dst, 1), writeWR(2, src, dst, 2)); err != nil {
+		t.Fatal(err)
+	}
+	wantC(t, poll1(t, dc), 1, rdma.OpRDMAWrite, rdma.StatusSuccess)
+	wantC(t, poll1(t, dc), 2, rdma.OpRDMAWrite, rdma.StatusSuccess)
+	// The fault is spent: the third WRITE executes inside PostSend.
+	if err := dc.PostSend(writeWR(3, src, dst, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if string(dst.Bytes()) != "abcdefgh" {
+		t.Fatalf("third WRITE still delayed: %q", dst.Bytes())
+	}
+	wantC(t, poll1(t, dc), 3, rdma.OpRDMAWrite, rdma.StatusSuccess)
+}
+
 func TestFaultDrop(t *testing.T) {
 	dc, ac, dd, ad := connect(t, rdma.QPConfig{}, rdma.QPConfig{})
 	src := mustReg(t, dd, 8, 0)
