@@ -40,6 +40,9 @@ const (
 	// at once here: a few more than ib_srp, so that a CRED_REQ and an
 	// AER_REQ back to back are both answered.
 	rspSlots = 4
+	// maxQueueSize keeps every send IU slot index within the 16 bits the
+	// tag gives it.
+	maxQueueSize = 0xffff - tmfSlots - rspSlots
 )
 
 // IO classes (T10 SRP r16a §5.3.2; Linux SRP_REV10_IB_IO_CLASS and
@@ -161,8 +164,8 @@ func (o Options) validate() error {
 	switch {
 	case o.Dest == "":
 		return fmt.Errorf("srp initiator: no dest (target address) given")
-	case o.QueueSize < 4 || o.QueueSize > 65535:
-		return fmt.Errorf("srp initiator: queue_size %d out of range 4..65535", o.QueueSize)
+	case o.QueueSize < 4 || o.QueueSize > maxQueueSize:
+		return fmt.Errorf("srp initiator: queue_size %d out of range 4..%d", o.QueueSize, maxQueueSize)
 	case o.CmdSGEntries < 1 || o.CmdSGEntries > MaxCmdSGEntries:
 		return fmt.Errorf("srp initiator: cmd_sg_entries %d out of range 1..255", o.CmdSGEntries)
 	case o.ChCount < 1 || o.ChCount > 255:
