@@ -49,6 +49,7 @@ type options struct {
 	admin     string
 	verbose   bool
 	check     bool
+	pprof     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -63,6 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.admin, "admin", "", "admin API unix socket `path`")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	fs.BoolVar(&o.check, "check", false, "validate the configuration and exit")
+	fs.StringVar(&o.pprof, "pprof", "", "serve Go profiling (net/http/pprof) on this `host:port`, for debugging")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -219,6 +221,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 			return fmt.Errorf("admin.socket: %w", err)
 		}
 		defer admin.Close()
+	}
+	if o.pprof != "" {
+		stopProf, err := startPprof(o.pprof, log)
+		if err != nil {
+			return fmt.Errorf("-pprof: %w", err)
+		}
+		defer stopProf()
 	}
 	if started != nil {
 		started(info)

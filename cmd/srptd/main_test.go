@@ -236,3 +236,70 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestShutdownWithSession stops srptd while an initiator is logged in: the
+// daemon logs the channel out and returns, and the initiator's next command
+// fails instead of hanging.
+func TestShutdownWithSession(t *testing.T) {
+	cfg := writeConfig(t, `
+[target]
+demo_mode = true
+shutdown_timeout = "20s"
+[[port]]
+listen = ["127.0.0.1:0"]
+[[lun]]
+lun = 0
+backstore = "ram"
+size = "8MiB"
+`)
+	ctx := testCtx(t)
+	runCtx, stop := context.WithCancel(ctx)
+	var out, errOut syncBuf
+	up := make(chan ready, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, []string{"-config", cfg}, &out, &errOut, func(r ready) { up <- r }) }()
+	select {
+	case <-up:
+	case err := <-done:
+		t.Fatalf("srptd exited: %v", err)
+	}
+	line, _ := strings.CutPrefix(strings.Split(out.String(), "\n")[0], "login_info: ")
+	opts, err := initiator.ParseTarget(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.ReconnectDelay = -1
+	opts.FastIOFailTmo = 100 * time.Millisecond
+	dev := iwarp.NewDevice(iwarp.Config{})
+	defer dev.Close()
+	s, err := initiator.Dial(ctx, dev, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.TestUnitReady(ctx, initiator.LUN(0)); err != nil && !initiator.IsSense(err, 6, 0x29, 0) {
+		t.Fatal(err)
+	}
+	t1 := time.Now()
+	stop()
+	defer func() { t.Logf("shutdown took %v", time.Since(t1)) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("srptd did not shut down")
+	}
+	if !strings.Contains(errOut.String(), "logging out channel") {
+		t.Errorf("no T_LOGOUT in the log:\n%s", errOut.String())
+	}
+	t0 := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = s.TestUnitReady(cctx, initiator.LUN(0))
+	t.Logf("after shutdown: %v in %v", err, time.Since(t0))
+	if err == nil {
+		t.Fatal("command succeeded after the target shut down")
+	}
+}
