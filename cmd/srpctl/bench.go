@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -128,7 +129,10 @@ func newBenchCmd() *cobra.Command {
 				}
 				defer pprof.StopCPUProfile()
 			}
-			res := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua)
+			res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua)
+			if fatal != nil {
+				return fmt.Errorf("bench stopped after %d I/Os: %w", res.IOs, fatal)
+			}
 			res.Channels = s.Options().ChCount
 			res.Job = fmt.Sprintf("%s-%s", rw, strings.ToLower(bsStr))
 			w := cmd.OutOrStdout()
@@ -161,9 +165,12 @@ func newBenchCmd() *cobra.Command {
 	return c
 }
 
-func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, nslots uint64, runtime time.Duration, fua bool) benchResult {
+// runBench runs qd workers for runtime. It stops early when the session is
+// gone for good (dev_loss_tmo expired, or closed) and returns that error.
+func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, nslots uint64, runtime time.Duration, fua bool) (benchResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, runtime)
 	defer cancel()
+	var fatal error
 	var mu sync.Mutex
 	var all []time.Duration
 	var ios, errs int64
@@ -212,6 +219,15 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 				d := time.Since(t0)
 				if err != nil || res.Status != initiator.StatusGood {
 					ne++
+					if errors.Is(err, initiator.ErrDevLoss) || errors.Is(err, initiator.ErrClosed) {
+						mu.Lock()
+						if fatal == nil {
+							fatal = err
+						}
+						mu.Unlock()
+						cancel()
+						break
+					}
 					if err != nil && ctx.Err() == nil {
 						s.Options().Logger.Warn("bench I/O failed", "err", err)
 						time.Sleep(time.Millisecond)
@@ -245,5 +261,5 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 		r.LatP50Us, r.LatP99Us, r.LatP999Us = pct(0.50), pct(0.99), pct(0.999)
 		r.LatMaxUs = us(all[len(all)-1])
 	}
-	return r
+	return r, fatal
 }
