@@ -65,6 +65,23 @@ func FuzzCmd(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decoded %+v does not encode: %v", c, err)
 		}
+		// The encoder writes every field back where the decoder read it:
+		// the input up to the IU's end, reserved bytes and the gap before
+		// immediate data aside.
+		if len(enc) > len(b) {
+			t.Fatalf("re-encoding grew from %d to %d bytes", len(b), len(enc))
+		}
+		want := bytes.Clone(b[:len(enc)])
+		clear(want[2:5])
+		clear(want[16:20])
+		want[28], want[30] = 0, 0
+		want[31] &^= 3
+		if c.DataOut.Format == DescImm {
+			clear(want[c.descEnd():c.immOff()])
+		}
+		if !bytes.Equal(enc, want) {
+			t.Fatalf("re-encode:\n got %x\nwant %x", enc, want)
+		}
 		var c2 Cmd
 		if err := c2.UnmarshalImm(enc, c.immOff()); err != nil {
 			t.Fatalf("re-decode: %v", err)
