@@ -162,8 +162,8 @@ func (d *Device) MaxPrivateData() int { return MaxPrivateData }
 
 // Close closes the device's listeners and connections (each connection goes
 // down on both sides as if closed locally). Later Register, Listen and Dial
-// fail with rdma.ErrClosed. Registered regions stay usable by connections of
-// other devices until deregistered. Safe to call more than once.
+// fail with rdma.ErrClosed. Registered regions are left alone (Deregister
+// still works). Safe to call more than once.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
