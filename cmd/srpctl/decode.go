@@ -176,6 +176,9 @@ func runDecode(w io.Writer, in []byte, o decodeOpts) error {
 		}
 	}
 	if err != nil {
+		if !o.rdmaCM && len(in) == srp.LoginReqRDMASize && in[0] == byte(srp.OpLoginReq) {
+			return fmt.Errorf("decode: %w (for the 56-byte RDMA/CM form use --rdma-cm)", err)
+		}
 		return fmt.Errorf("decode: %w", err)
 	}
 	fields := iuFields(iu)
