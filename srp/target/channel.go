@@ -340,7 +340,7 @@ func (c *channel) recvSlot(i int) []byte {
 
 func (c *channel) sendSlot(i int) []byte {
 	off := i * c.cfg.MaxRspSize
-	return c.sendMR.Bytes()[off : off+c.cfg.MaxRspSize]
+	return c.sendMR.Bytes()[off : off+c.cfg.MaxRspSize : off+c.cfg.MaxRspSize]
 }
 
 func (c *channel) recvWRs(slots ...int) []rdma.RecvWR {

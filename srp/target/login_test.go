@@ -185,3 +185,19 @@ func TestSingleMulti(t *testing.T) {
 		t.Fatalf("new nexus rsp_flags %#x", d.rsp[26])
 	}
 }
+
+// TestLoginIBCMForm: a 64-byte SRP_LOGIN_REQ in 92 bytes of private data (an
+// InfiniBand CM REQ) is accepted like the RDMA/CM form.
+func TestLoginIBCMForm(t *testing.T) {
+	e := newEnv(t, nil)
+	lr := defaultLogin()
+	b, _ := lr.Marshal()
+	pd := append(b, make([]byte, 28)...)
+	i, rej, err := e.dialRaw(pd)
+	if err != nil {
+		t.Fatalf("rejected: %v % x", err, rej)
+	}
+	if len(i.rsp) != 52 || i.rsp[0] != 0xc0 || binary.BigEndian.Uint64(i.rsp[8:]) != lr.Tag {
+		t.Fatalf("LOGIN_RSP % x", i.rsp)
+	}
+}

@@ -224,7 +224,10 @@ func (p *Port) HandleConnRequest(ctx context.Context, req rdma.ConnRequest) {
 	}
 	var lr *srp.LoginRequest
 	var err error
-	if len(pd) >= srp.LoginReqSize && pd[0] == byte(srp.OpLoginReq) && pd[11] != byte(srp.OpLoginReq) {
+	// Linux ib_srp sends the 56-byte srp_login_req_rdma through RDMA/CM; an
+	// InfiniBand CM REQ carries the 64-byte SRP_LOGIN_REQ (opcode 0 first)
+	// in 92 bytes of private data.
+	if len(pd) >= srp.LoginReqSize && pd[0] == byte(srp.OpLoginReq) {
 		lr, err = srp.UnmarshalLoginRequest(pd)
 	} else {
 		lr, err = srp.UnmarshalLoginRequestRDMA(pd)
