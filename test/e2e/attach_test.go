@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma/iwarp"
+	"github.com/gosrp/gosrp/srp/initiator"
 )
 
 // TestAttachFilesystem attaches the target's LUNs through FUSE with
@@ -96,8 +97,25 @@ func TestAttachFilesystem(t *testing.T) {
 			t.Fatalf("%s never appeared\n%s", lun0, logBuf.String())
 		}
 	}
-	if st, err := os.Stat(filepath.Join(mnt, "lun1")); err != nil || st.Size() != 16<<20 {
+	lun1 := filepath.Join(mnt, "lun1")
+	if st, err := os.Stat(lun1); err != nil || st.Size() != 16<<20 {
 		t.Errorf("lun1: %v", err)
+	}
+	// O_DIRECT writes and an fsync through the FUSE file reach the target:
+	// read the blocks back over a separate login.
+	direct := make([]byte, 1<<20)
+	rand.Read(direct)
+	src := filepath.Join(dir, "direct")
+	os.WriteFile(src, direct, 0o644)
+	syncs := e.syncs.Load()
+	must("dd", "if="+src, "of="+lun1, "bs=64k", "count=16", "oflag=direct", "conv=fsync,notrunc", "status=none")
+	if e.syncs.Load() == syncs {
+		t.Error("fsync of the FUSE file sent no SYNCHRONIZE CACHE")
+	}
+	s := e.dial(t, func(o *initiator.Options) { o.MaxSect = 2048 })
+	got := make([]byte, len(direct))
+	if err := s.Read16(ctxFor(t), initiator.LUN(1), 0, got, 4096, false); err != nil || !bytes.Equal(got, direct) {
+		t.Errorf("O_DIRECT data not at the target: %v", err)
 	}
 	loop, err := sh(30*time.Second, "losetup", "-f", "--show", lun0)
 	if err != nil {
