@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/gosrp/gosrp/scsi"
@@ -151,5 +152,67 @@ func BenchmarkIO4K(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "IOPS")
 		})
+	}
+}
+
+// TestMultiChannelConcurrent runs two MULTI channels of one I_T nexus (one
+// SCSI session) and a second nexus side by side, each with commands in
+// flight, and checks every byte.
+func TestMultiChannelConcurrent(t *testing.T) {
+	e := newEnv(t, nil)
+	a := e.login(defaultLogin())
+	lr := defaultLogin()
+	lr.ReqFlags |= srp.MultiChanMulti
+	b := e.login(lr)
+	lr = defaultLogin()
+	lr.InitiatorPortID[0] ^= 0x80
+	c := e.login(lr)
+	inis := []*ini{a, b, c}
+	errs := make(chan error, len(inis))
+	for k, in := range inis {
+		go func() {
+			errs <- func() (err error) {
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("%v", r)
+					}
+				}()
+				base := uint32(k * 2048) // each channel its own 1 MiB of blocks
+				for round := 0; round < 20; round++ {
+					src, s := in.buf(0, 16<<10)
+					fill(src, byte(round+k))
+					_, d := in.buf(1<<20, 16<<10)
+					lba := base + uint32(round)*32
+					w, _ := (&srp.Cmd{Tag: uint64(2 * round), CDB: cdb10(0x2a, lba, 32), DataOut: direct(s)}).Marshal()
+					r, _ := (&srp.Cmd{Tag: uint64(2*round + 1), CDB: cdb10(0x28, lba, 32), DataIn: direct(d)}).Marshal()
+					if err := in.trySend(w); err != nil {
+						return err
+					}
+					if rb, err := in.tryNext(e.ctx); err != nil || rb[19] != 0 {
+						return fmt.Errorf("write: % x %v", rb, err)
+					}
+					if err := in.trySend(r); err != nil {
+						return err
+					}
+					if rb, err := in.tryNext(e.ctx); err != nil || rb[19] != 0 {
+						return fmt.Errorf("read: % x %v", rb, err)
+					}
+					if dst, _ := in.buf(1<<20, 16<<10); !bytes.Equal(dst, src) {
+						return fmt.Errorf("channel %d round %d: data differs", k, round)
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range inis {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.core.mu.Lock()
+	defer e.core.mu.Unlock()
+	if e.core.opened != 2 {
+		t.Fatalf("%d SCSI sessions, want 2 (one per I_T nexus)", e.core.opened)
 	}
 }
