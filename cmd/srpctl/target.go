@@ -46,7 +46,18 @@ func addTargetFlags(c *cobra.Command, tf *targetFlags, withLUN bool) {
 	f.BoolVarP(&tf.verbose, "verbose", "v", false, "log channel events to stderr")
 	f.Uint64Var(&tf.initiatorGUID, "initiator-guid", 0, "second half of the initiator port ID (default derived from the host name)")
 	c.Args = cobra.MinimumNArgs(1)
+	c.Long = c.Short + "\n\n" + targetHelp
 }
+
+const targetHelp = `TARGET is a Linux ib_srp add_target string, as srptd prints it in its
+login_info line and srp_daemon writes it:
+
+  id_ext=0002c903000e8acc,ioc_guid=0002c903000e8acc,dest=192.0.2.1:5555
+
+dest is IPv4:port or [IPv6]:port. Optional keys: initiator_ext, queue_size,
+max_it_iu_size, ch_count, cmd_sg_entries, max_sect, io_class, and
+transport=iwarp (pure-Go iWARP over TCP, the default) or transport=verbs
+(RDMA hardware through libibverbs/librdmacm; needs a build with -tags verbs).`
 
 func (tf *targetFlags) logger() *slog.Logger {
 	lvl := slog.LevelWarn
