@@ -179,6 +179,29 @@ var goldens = []golden{
 				Desc: []DirectBuf{{VA: 0x7000, Key: 0xaa, Len: 0x400}}}},
 	},
 	{
+		// ib_srp's largest immediate-data layout: 16 additional CDB bytes
+		// (add_cdb_len 0x10), srp_imm_buf at 64, data at 68 = 48 + 16 + 4.
+		name: "cmd_imm_add_cdb",
+		hex: `02 00 000000 | 30 | 00 | 00 | 0000000000000009 | 00000000 | 0003000000000000 |
+			00 | 00 | 00 | 10 | 7f000000000000180009000000000000 | 00000000000000100000000000000001 |
+			00000004 | cafef00d`,
+		iu: &Cmd{Tag: 9, LUN: 0x0003000000000000,
+			CDB:     hxs("7f00000000000018000900000000000000000000000000100000000000000001"),
+			DataOut: DataBuf{Format: DescImm, Len: 4}, ImmDataOffset: 68, ImmData: hxs("cafef00d")},
+	},
+	{
+		// Indirect DATA-OUT with an external table: 1 of 3 descriptors
+		// inline (table_desc.len 48), data_out_desc_cnt 1.
+		name: "cmd_indirect_out_external",
+		hex: `02 00 000000 | 20 | 01 | 00 | 000000000000000a | 00000000 | 0000000000000000 |
+			00 | 00 | 00 | 00 | 2a000000000000001800000000000000 |
+			00000000cccc0000 | 000000bb | 00000030 | 00003000 |
+			0000000000040000 | 000000dd | 00001000`,
+		iu: &Cmd{Tag: 10, CDB: hxs("2a000000000000001800000000000000"),
+			DataOut: DataBuf{Format: DescIndirect, Count: 1, Table: DirectBuf{VA: 0xcccc0000, Key: 0xbb, Len: 48}, Len: 0x3000,
+				Desc: []DirectBuf{{VA: 0x40000, Key: 0xdd, Len: 0x1000}}}},
+	},
+	{
 		// CHECK CONDITION with 18 bytes of fixed-format sense (ILLEGAL
 		// REQUEST, 24h/00h).
 		name: "rsp_sense",
