@@ -76,6 +76,12 @@ out=$(timeout 30 "$SRPCTL" login "$TARGET" "${R[@]}") || fail login
 grep -q "max_it_iu_len" <<<"$out" || fail "login output: $out"
 grep -q "target port ID     0002c90300e2e0010002c90300e2e001" <<<"$out" || fail "login target port ID: $out"
 
+step "login rejected for a wrong target port ID"
+DEST=${TARGET##*dest=}
+out=$(timeout 30 "$SRPCTL" login "id_ext=0000000000000001,ioc_guid=0000000000000001,dest=$DEST" 2>&1) && fail "login with a wrong id_ext succeeded"
+grep -q "check id_ext and ioc_guid" <<<"$out" || fail "unclear login reject: $out"
+echo "   $out"
+
 step luns
 out=$(timeout 30 "$SRPCTL" luns "$TARGET" "${R[@]}") || fail luns
 grep -q "^lun 0 " <<<"$out" && grep -q "^lun 1 " <<<"$out" || fail "luns: $out"
