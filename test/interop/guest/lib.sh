@@ -177,22 +177,39 @@ fio_field() { cut -d';' -f"$2" "/tmp/fio-$1.terse" | cut -d. -f1; }
 SRPTD_PORT=5556
 SRPTD_ADDR=$SIW_IP:$SRPTD_PORT
 
-# srptd_start [ARGS...]: starts srptd in the background (log in
-# $RUN/srptd.log), waits (60 s) for the add_target string it prints, and
-# sets SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.
+# srptd_start [SIZE]: starts srptd in the background with one RAM LUN of
+# SIZE (default 512MiB) in demo mode (log in $RUN/srptd.log, config in
+# $RUN/srptd.toml), waits (60 s) for the login_info line it prints, and sets
+# SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.
 srptd_start() {
 	local i s
+	cat >"$RUN/srptd.toml" <<TOML
+[target]
+demo_mode = true
+
+[[port]]
+name = "siw"
+transport = "iwarp"
+listen = ["$SRPTD_ADDR"]
+
+[[lun]]
+lun = 0
+name = "ram0"
+backstore = "ram"
+size = "${1:-512MiB}"
+serial = "gosrp-interop-0"
+TOML
 	: >"$RUN/srptd.log"
-	srptd --listen "$SRPTD_ADDR" "$@" >>"$RUN/srptd.log" 2>&1 &
+	srptd -config "$RUN/srptd.toml" >>"$RUN/srptd.log" 2>&1 &
 	SRPTD_PID=$!
 	for ((i = 0; i < 600; i++)); do
-		s=$(grep -o 'id_ext=[0-9a-fA-Fx]*,ioc_guid=[0-9a-fA-Fx]*' "$RUN/srptd.log" | head -1)
+		s=$(grep -o 'login_info: id_ext=[0-9a-fA-Fx]*,ioc_guid=[0-9a-fA-Fx]*' "$RUN/srptd.log" | head -1)
 		[ -n "$s" ] && break
 		kill -0 $SRPTD_PID 2>/dev/null || { log "srptd exited:"; cat "$RUN/srptd.log"; return 1; }
 		sleep 0.1
 	done
-	[ -n "$s" ] || { log "srptd printed no login string in 60 s:"; cat "$RUN/srptd.log"; return 1; }
-	SRPTD_ID_EXT=$(sed 's/id_ext=\(0x\)\{0,1\}\([0-9a-fA-F]*\),.*/\2/' <<<"$s")
+	[ -n "$s" ] || { log "srptd printed no login_info in 60 s:"; cat "$RUN/srptd.log"; return 1; }
+	SRPTD_ID_EXT=$(sed 's/.*id_ext=\(0x\)\{0,1\}\([0-9a-fA-F]*\),.*/\2/' <<<"$s")
 	SRPTD_IOC_GUID=$(sed 's/.*ioc_guid=\(0x\)\{0,1\}\([0-9a-fA-F]*\)$/\2/' <<<"$s")
 	log "srptd pid $SRPTD_PID on $SRPTD_ADDR: id_ext=$SRPTD_ID_EXT ioc_guid=$SRPTD_IOC_GUID"
 }

@@ -14,10 +14,12 @@ log "=== sg3_utils"
 out=$(timeout 30 sg_inq "$disk"); check "sg_inq" test $? = 0
 echo "$out"
 grep -q 'Peripheral device type: disk' <<<"$out" || fail "sg_inq: not a disk"
+timeout 30 sg_vpd -p 0x00 "$disk"
 for p in 0x80 0x83 0xb0 0xb2; do
 	out=$(timeout 30 sg_vpd -p $p "$disk" 2>&1); rc=$?
 	echo "$out"
 	check "sg_vpd -p $p" test $rc = 0
+	[ $rc = 0 ] || timeout 30 sg_inq -p $p -H "$disk"   # raw page, unchecked
 done
 timeout 30 sg_vpd -p 0x83 "$disk" | grep -qE 'designator type: NAA|designator type: T10 vendor' ||
 	fail "VPD 0x83 has neither an NAA nor a T10 vendor ID designator"
@@ -38,7 +40,7 @@ echo "$out" | head -40
 
 log "=== fio 4 KiB random write, crc32c verify (read-back)"
 if fio_run rw4k --filename="$disk" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \
-	--size=64M --verify=crc32c --do_verify=1 --verify_fatal=1; then
+	--size=32M --verify=crc32c --do_verify=1 --verify_fatal=1; then
 	figure randwrite-iops "$(fio_field rw4k 49)"
 else
 	fail "fio 4k randwrite + verify"

@@ -47,7 +47,7 @@ run_with_resets hostreset -H
 grep -E 'SRP|srp|reset|reconnect' <(dmesg) | tail -20
 log "=== channel survives: fresh write + verify"
 fio_run after --filename="$disk" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=8 \
-	--offset=512M --size=16M --verify=crc32c --do_verify=1 --verify_fatal=1 || fail "fio after the resets"
+	--offset=256M --size=16M --verify=crc32c --do_verify=1 --verify_fatal=1 || fail "fio after the resets"
 check "logout" srp_logout
 check "srptd stops cleanly" srptd_stop
 finish
