@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -229,19 +230,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		}
 		defer stopProf()
 	}
-	if started != nil {
-		started(info)
-	}
-
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	if started != nil {
+		started(info)
+	}
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():
 			done = true
 		case <-hup:
-			log.Info("SIGHUP: configuration reload is not supported; restart srptd to apply changes")
+			reload(o, cfg, ports, log)
 		}
 	}
 
@@ -261,6 +261,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		}
 	}
 	return nil
+}
+
+// reload applies the login policy (demo_mode and the ACLs) of the
+// configuration file again, on SIGHUP. Everything else needs a restart.
+func reload(o *options, old *Config, ports []*target.Port, log *slog.Logger) {
+	cfg, err := readConfig(o.config)
+	if err == nil {
+		err = applyFlags(cfg, o)
+	}
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err != nil {
+		log.Error("SIGHUP: configuration not reloaded", "err", err)
+		return
+	}
+	nt, ot := cfg.Target, old.Target
+	nt.DemoMode, ot.DemoMode = nil, nil
+	if !reflect.DeepEqual(cfg.LUNs, old.LUNs) || !reflect.DeepEqual(cfg.Ports, old.Ports) || !reflect.DeepEqual(nt, ot) {
+		log.Warn("SIGHUP: changes to ports, LUNs and tunables need a restart; applying demo_mode and ACLs only")
+	}
+	tc := cfg.targetConfig(0)
+	for _, p := range ports {
+		p.SetAccess(tc.DemoMode, tc.ACLs)
+	}
+	log.Info("SIGHUP: access policy reloaded", "demo_mode", tc.DemoMode, "acls", len(tc.ACLs))
 }
 
 func portName(p PortSection, i int) string {

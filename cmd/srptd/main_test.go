@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -302,4 +303,61 @@ size = "8MiB"
 	if err == nil {
 		t.Fatal("command succeeded after the target shut down")
 	}
+}
+
+// TestSIGHUPReload: SIGHUP applies a new demo_mode to the next login.
+func TestSIGHUPReload(t *testing.T) {
+	text := `
+[target]
+demo_mode = false
+[[port]]
+listen = ["127.0.0.1:0"]
+[[lun]]
+lun = 0
+backstore = "ram"
+size = "8MiB"
+`
+	cfg := writeConfig(t, text)
+	ctx := testCtx(t)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var out, errOut syncBuf
+	up := make(chan ready, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(runCtx, []string{"-config", cfg}, &out, &errOut, func(r ready) { up <- r }) }()
+	t.Cleanup(func() { stop(); <-done })
+	select {
+	case <-up:
+	case err := <-done:
+		t.Fatalf("srptd exited: %v", err)
+	}
+	line, _ := strings.CutPrefix(strings.Split(out.String(), "\n")[0], "login_info: ")
+	opts, err := initiator.ParseTarget(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := iwarp.NewDevice(iwarp.Config{})
+	defer dev.Close()
+	if s, err := initiator.Dial(ctx, dev, opts); err == nil {
+		s.Close()
+		t.Fatal("login accepted without an ACL")
+	}
+	if err := os.WriteFile(cfg, []byte(strings.Replace(text, "demo_mode = false", "demo_mode = true", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(errOut.String(), "access policy reloaded") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no reload:\n%s", errOut.String())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	s, err := initiator.Dial(ctx, dev, opts)
+	if err != nil {
+		t.Fatalf("login after reload: %v", err)
+	}
+	s.Close()
 }

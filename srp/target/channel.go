@@ -206,7 +206,7 @@ type wrRec struct {
 // newChannel allocates the rings of a channel and, when pl is non-nil,
 // attaches the channel to its I_T nexus.
 func (p *Port) newChannel(pl *pendingLogin, log *slog.Logger) (*channel, error) {
-	cfg := p.cfg
+	cfg := p.Config()
 	c := &channel{
 		port:     p,
 		cfg:      cfg,

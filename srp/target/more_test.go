@@ -216,3 +216,20 @@ func TestMultiChannelConcurrent(t *testing.T) {
 		t.Fatalf("%d SCSI sessions, want 2 (one per I_T nexus)", e.core.opened)
 	}
 }
+
+// TestSetAccess: a new policy applies to the next login.
+func TestSetAccess(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.DemoMode = false })
+	if _, pd, err := e.dial(defaultLogin()); err == nil || binary.BigEndian.Uint32(pd[4:]) != 0x10006 {
+		t.Fatalf("login without ACL: % x %v", pd, err)
+	}
+	m, _ := ParseInitiator("0002:c903:0000:1234")
+	e.port.SetAccess(false, []ACL{{Initiator: m}})
+	e.login(defaultLogin())
+	e.port.SetAccess(false, nil)
+	lr := defaultLogin()
+	lr.ReqFlags |= srp.MultiChanMulti
+	if _, _, err := e.dial(lr); err == nil {
+		t.Fatal("login accepted after the ACL was removed")
+	}
+}

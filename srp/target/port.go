@@ -84,7 +84,11 @@ func NewPort(cfg Config, dev rdma.Device, core Core) (*Port, error) {
 func (p *Port) ID() srp.PortID { return p.id }
 
 // Config returns the port's configuration with defaults filled in.
-func (p *Port) Config() Config { return p.cfg }
+func (p *Port) Config() Config {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg
+}
 
 // SetEnabled enables or disables the port. Disabling sends SRP_T_LOGOUT on
 // and closes every channel; logins are then rejected with 0x10001 (as
@@ -102,6 +106,15 @@ func (p *Port) SetEnabled(on bool) {
 	for _, c := range chs {
 		c.requestClose(closeTLogout, "port disabled")
 	}
+}
+
+// SetAccess replaces the login policy: demo mode and the ACLs. Channels
+// already logged in keep their LUN mapping; later logins use the new policy.
+func (p *Port) SetAccess(demo bool, acls []ACL) {
+	p.mu.Lock()
+	p.cfg.DemoMode = demo
+	p.cfg.ACLs = append([]ACL(nil), acls...)
+	p.mu.Unlock()
 }
 
 // Enabled reports whether logins are accepted.
@@ -320,7 +333,10 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 		return nil, srp.RejMultiChannelUnsupported
 	}
 	var luns map[uint64]uint64
-	if !p.cfg.DemoMode {
+	p.mu.Lock()
+	demo := p.cfg.DemoMode
+	p.mu.Unlock()
+	if !demo {
 		acl := p.findACL(lr.InitiatorPortID, remote)
 		if acl == nil {
 			log.Info("no ACL for initiator", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]))
@@ -406,6 +422,8 @@ func (p *Port) closeTerminated(pl *pendingLogin) {
 }
 
 func (p *Port) findACL(id srp.PortID, remote net.Addr) *ACL {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for i := range p.cfg.ACLs {
 		if p.cfg.ACLs[i].Initiator.Matches(id, remote) {
 			return &p.cfg.ACLs[i]
