@@ -509,15 +509,14 @@ func execSyncCache(c *cmdCtx) failure {
 }
 
 // execPreFetch: PRE-FETCH(10/16), SBC-3 §5.7–5.8. The range is
-// validated; the data is in the host's cache as far as it can be, so the
-// command reports CONDITION MET.
+// validated and nothing is loaded: the core keeps no cache of its own, and
+// SBC-3 completes a PRE-FETCH whose blocks are not (all) held in a cache
+// with GOOD status rather than CONDITION MET. GOOD is also what libiscsi's
+// PRE-FETCH tests and the Linux sd driver accept as success.
 func execPreFetch(c *cmdCtx) failure {
 	lu := c.lu
 	lba, n, _ := lbaLen(c.cdb)
-	if f := lu.checkRange(lba, uint64(n)); f.failed() {
-		return f
-	}
-	return failure{status: StatusConditionMet}
+	return lu.checkRange(lba, uint64(n))
 }
 
 // execReadCapacity10: READ CAPACITY(10), SBC-3 §5.15. A capacity beyond

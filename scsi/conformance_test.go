@@ -1,0 +1,235 @@
+package scsi
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/gosrp/gosrp/backstore"
+)
+
+// The tests in this file replay what libiscsi's iscsi-test-cu families
+// send, with the outcome that suite (or SBC-3/SPC-4 where the suite is
+// silent) requires. The RAM logical unit has 2048 blocks of 512 bytes.
+
+// unmapParam builds an UNMAP parameter list (SBC-3 §5.28.2) with one block
+// descriptor per (lba, count) pair.
+func unmapParam(pairs ...uint64) []byte {
+	n := len(pairs) / 2
+	p := make([]byte, 8+16*n)
+	binary.BigEndian.PutUint16(p[0:], uint16(6+16*n))
+	binary.BigEndian.PutUint16(p[2:], uint16(16*n))
+	for i := 0; i < n; i++ {
+		binary.BigEndian.PutUint64(p[8+16*i:], pairs[2*i])
+		binary.BigEndian.PutUint32(p[8+16*i+8:], uint32(pairs[2*i+1]))
+	}
+	return p
+}
+
+func cdbUnmap(plen int) []byte {
+	return []byte{0x42, 0, 0, 0, 0, 0, 0, byte(plen >> 8), byte(plen), 0}
+}
+
+// libiscsi test_prefetch10_simple / test_prefetch16_simple /
+// test_prefetch*_flags / test_prefetch*_0blocks / test_prefetch*_beyond_eol:
+// PRE-FETCH of 1..256 blocks at both ends of the LUN completes with GOOD
+// (check_result accepts nothing else for EXPECT_STATUS_GOOD). SBC-3 §5.7
+// allows GOOD when the blocks are not held in a cache, which is the case:
+// the core keeps no cache of its own.
+func TestConformancePreFetch(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	const nb = 2048
+	for i := uint32(1); i <= 256; i++ {
+		for _, cdb := range [][]byte{
+			cdb10(0x34, 0, 0, uint16(i)), cdb10(0x34, 0, nb-i, uint16(i)),
+			cdb16(0x90, 0, 0, i), cdb16(0x90, 0, uint64(nb-i), i),
+			cdb10(0x34, 0x02, 0, uint16(i)), cdb16(0x90, 0x02, uint64(nb-i), i), // IMMED
+		} {
+			if r := f.run(f.s, 0, cdb, nil, 0); r.Status != StatusGood {
+				t.Fatalf("CDB % x: status %#x sense % x", cdb, r.Status, r.Sense)
+			}
+		}
+	}
+	f.good(cdb10(0x34, 0, 0, 0), nil)
+	f.good(cdb16(0x90, 0, 0, 0), nil)
+	for _, cdb := range [][]byte{
+		cdb10(0x34, 0, nb+1, 0), cdb10(0x34, 0, 0x80000000, 0), cdb10(0x34, 0, 0xFFFFFFFF, 0),
+		cdb10(0x34, 0, nb-1, 2), cdb16(0x90, 0, ^uint64(0), 1), cdb16(0x90, 0, 1<<63, 1),
+	} {
+		wantSense(t, f.run(f.s, 0, cdb, nil, 0), SenseIllegalRequest, 0x21, 0x00)
+	}
+}
+
+// libiscsi test_unmap_0blocks / test_unmap_simple.
+func TestConformanceUnmap(t *testing.T) {
+	f := newFixture(t, LUConfig{ThinProvisioning: true})
+	for i := uint64(0); i < 256; i++ {
+		p := unmapParam(i, 0)
+		f.good(cdbUnmap(len(p)), p)
+	}
+	p := unmapParam(2048, 0) // 0 blocks at end-of-LUN
+	f.good(cdbUnmap(len(p)), p)
+	p = unmapParam() // no descriptors
+	f.good(cdbUnmap(len(p)), p)
+	// 256 descriptors, some overlapping, 0 blocks each.
+	var pairs []uint64
+	for i := uint64(0); i < 256; i++ {
+		pairs = append(pairs, i/2, 0)
+	}
+	p = unmapParam(pairs...)
+	f.good(cdbUnmap(len(p)), p)
+	// One past the end, and a range wrapping 2^64.
+	p = unmapParam(2048, 1)
+	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), SenseIllegalRequest, 0x21, 0x00)
+	p = unmapParam(^uint64(0), 2)
+	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), SenseIllegalRequest, 0x21, 0x00)
+	// 1..256 blocks at the start and at the end read back as zeros.
+	for i := uint64(1); i <= 256; i += 51 {
+		data := pattern(int(i)*512, byte(i))
+		f.good(cdb16(0x8A, 0, 2048-i, uint32(i)), data)
+		p = unmapParam(2048-i, i)
+		f.good(cdbUnmap(len(p)), p)
+		got := f.in(cdb16(0x88, 0, 2048-i, uint32(i)), int(i)*512)
+		if !allZero(got) {
+			t.Fatalf("%d blocks unmapped at the end read back non-zero", i)
+		}
+	}
+	// More descriptors than the Block Limits page allows: INVALID FIELD
+	// IN PARAMETER LIST (SBC-3 §5.28.1). The parameter list length field is
+	// 16 bits, so 4095 descriptors is the most a CDB can carry.
+	pairs = pairs[:0]
+	for i := uint64(0); i < 4095; i++ {
+		pairs = append(pairs, i%2048, 0)
+	}
+	p = unmapParam(pairs...)
+	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), SenseIllegalRequest, 0x26, 0x00)
+	// A parameter list shorter than its header claims: the block
+	// descriptor data length is clipped to what was sent.
+	p = unmapParam(0, 1, 1, 1)
+	binary.BigEndian.PutUint16(p[2:], 16*50)
+	f.good(cdbUnmap(len(p)), p)
+	// Parameter list length 1..7: too short for the header.
+	for n := 1; n < 8; n++ {
+		wantSense(t, f.run(f.s, 0, cdbUnmap(n), make([]byte, n), 0), SenseIllegalRequest, 0x1A, 0x00)
+	}
+}
+
+// libiscsi test_writesame10_0blocks / test_writesame16_0blocks: with WSNZ=1
+// in the Block Limits page, NUMBER OF LOGICAL BLOCKS 0 is INVALID FIELD IN
+// CDB; test_writesame*_beyond_eol; test_writesame16_unmap (NDOB).
+func TestConformanceWriteSame(t *testing.T) {
+	f := newFixture(t, LUConfig{ThinProvisioning: true})
+	bl := f.in(cdbInquiry(true, 0xB0, 64), 64)
+	if bl[4]&0x01 == 0 {
+		t.Fatal("WSNZ clear")
+	}
+	blk := make([]byte, 512)
+	wantSense(t, f.run(f.s, 0, cdb10(0x41, 0, 0, 0), blk, 0), SenseIllegalRequest, 0x24, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0, 0, 0), blk, 0), SenseIllegalRequest, 0x24, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0x08, 2000, 0), blk, 0), SenseIllegalRequest, 0x24, 0x00)
+	for _, cdb := range [][]byte{
+		cdb10(0x41, 0, 2048, 1), cdb10(0x41, 0, 2047, 2), cdb16(0x93, 0, ^uint64(0), 1),
+		cdb16(0x93, 0, 1<<63, 1), cdb10(0x41, 0, 0xFFFFFFFF, 1),
+	} {
+		wantSense(t, f.run(f.s, 0, cdb, blk, 0), SenseIllegalRequest, 0x21, 0x00)
+	}
+	// WRITE SAME(16) UNMAP + NDOB: no data-out; the range reads as zeros.
+	f.good(cdb16(0x8A, 0, 2040, 8), pattern(8*512, 3))
+	f.good(cdb16(0x93, 0x09, 2040, 8), nil)
+	if got := f.in(cdb16(0x88, 0, 2040, 8), 8*512); !allZero(got) {
+		t.Fatal("NDOB range not zero")
+	}
+	// WRPROTECT (byte 1 bits 7:5) without protection information.
+	wantField(t, f.run(f.s, 0, cdb16(0x93, 0x20, 0, 1), blk, 0), 0x24, true, 1, 5)
+	// ANCHOR (byte 1 bit 4) is not supported (ANC_SUP=0).
+	wantField(t, f.run(f.s, 0, cdb16(0x93, 0x18, 0, 1), blk, 0), 0x24, true, 1, 4)
+}
+
+// libiscsi test_get_lba_status_beyond_eol and _simple.
+func TestConformanceGetLBAStatus(t *testing.T) {
+	f := newFixture(t, LUConfig{ThinProvisioning: true})
+	for _, lba := range []uint64{2048, 2049, 1 << 63, ^uint64(0)} {
+		wantSense(t, f.run(f.s, 0, cdb16(0x9E, 0x12, lba, 24), nil, 24), SenseIllegalRequest, 0x21, 0x00)
+	}
+	f.good(cdb16(0x8A, 0, 2047, 1), pattern(512, 1))
+	b := f.in(cdb16(0x9E, 0x12, 2047, 24), 24)
+	// One descriptor: LBA 2047, 1 block, mapped.
+	wantBytes(t, "last LBA", b, hx(`00000014 00000000 00000000000007ff 00000001 00 000000`))
+	// Allocation length 0..7: no data, GOOD.
+	for al := uint32(0); al < 8; al++ {
+		r := f.run(f.s, 0, cdb16(0x9E, 0x12, 0, al), nil, 64)
+		if r.Status != StatusGood || r.DataInLen != int(al) {
+			t.Fatalf("alloc %d: %+v", al, r)
+		}
+	}
+}
+
+// libiscsi test_compareandwrite_miscompare: the INFORMATION field holds
+// the offset of the first differing byte in the verify data (SBC-3 §5.2),
+// and the medium is not written.
+func TestConformanceCompareAndWriteMiscompare(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	old := pattern(2*512, 9)
+	f.good(cdb16(0x8A, 0, 10, 2), old)
+	out := append(append([]byte(nil), old...), pattern(2*512, 77)...)
+	out[512+37] ^= 0xFF
+	cdb := cdb16(0x89, 0, 10, 0)
+	cdb[13] = 2
+	s := wantSense(t, f.run(f.s, 0, cdb, out, 0), SenseMiscompare, 0x1D, 0x00)
+	if !s.InfoValid || s.Info != 512+37 {
+		t.Fatalf("INFORMATION %v %d, want 549", s.InfoValid, s.Info)
+	}
+	wantBytes(t, "medium", f.in(cdb16(0x88, 0, 10, 2), 1024), old)
+}
+
+// SBC-3 §5.27: VERIFY with BYTCHK=0 does not transfer data and is not bound
+// by MAXIMUM TRANSFER LENGTH; a range ending past the capacity is LBA OUT
+// OF RANGE (libiscsi test_verify16_beyond_eol); VRPROTECT without
+// protection is INVALID FIELD IN CDB (test_verify16_vrprotect).
+func TestConformanceVerify(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	f.good(cdb16(0x8F, 0, 0, 2048), nil)
+	for _, cdb := range [][]byte{
+		cdb16(0x8F, 0, 1, 2048), cdb16(0x8F, 0, ^uint64(0), 1), cdb10(0x2F, 0, 2048, 1),
+		{0xAF, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 1, 0, 0},
+	} {
+		wantSense(t, f.run(f.s, 0, cdb, nil, 0), SenseIllegalRequest, 0x21, 0x00)
+	}
+	for v := byte(1); v < 8; v++ {
+		s := wantSense(t, f.run(f.s, 0, cdb10(0x2F, v<<5, 0, 1), nil, 0), SenseIllegalRequest, 0x24, 0x00)
+		if !s.SKSValid || s.SKS[0]&0x40 == 0 || s.SKS[2] != 1 {
+			t.Fatalf("VRPROTECT %d: SKS % x", v, s.SKS)
+		}
+	}
+}
+
+// Every opcode of the table with a CDB one byte short, with every reserved
+// bit set in turn, and with allocation/transfer fields at their maximum:
+// no panic, a valid status, and a field pointer inside the CDB.
+func TestConformanceMalformedCDBs(t *testing.T) {
+	f := newFixture(t, LUConfig{Backstore: backstore.NewRAM(1 << 20), ThinProvisioning: true})
+	for _, e := range f.tg.ops.all {
+		full := append([]byte(nil), e.usage...)
+		for n := 1; n < len(full); n++ {
+			r := f.run(f.s, 0, full[:n], nil, 64)
+			s := wantSense(t, r, SenseIllegalRequest, 0x24, 0x00)
+			if s.SKSValid && int(s.SKS[1])<<8|int(s.SKS[2]) >= n {
+				t.Fatalf("%s: truncated to %d: pointer past the CDB % x", e.name, n, s.SKS)
+			}
+		}
+		for i := 1; i < len(e.usage); i++ {
+			for bit := 0; bit < 8; bit++ {
+				if e.usage[i]&(1<<bit) != 0 {
+					continue
+				}
+				cdb := make([]byte, len(e.usage))
+				cdb[0] = e.op
+				if e.hasSA {
+					cdb[1] = byte(e.sa)
+				}
+				cdb[i] |= 1 << bit
+				r := f.run(f.s, 0, cdb, nil, 64)
+				wantField(t, r, 0x24, true, i, bit)
+			}
+		}
+	}
+}
