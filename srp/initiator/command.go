@@ -136,31 +136,35 @@ func (ch *channel) execute(ctx context.Context, cmd *Command, res *Result) error
 		}
 		return err
 	}
-	timeout := ch.s.opts.CommandTimeout
-	if timeout > 0 {
-		r.timer.Reset(timeout)
-	}
 	var timedOut <-chan time.Time
-	if timeout > 0 {
+	if d := ch.s.opts.CommandTimeout; d > 0 {
+		r.timer.Reset(d)
 		timedOut = r.timer.C
 	}
+	var why error
+	responded := false
 	select {
 	case <-r.done:
-		r.timer.Stop()
+		responded = true
 	case <-ch.dead:
-		r.timer.Stop()
+	case <-ctx.Done():
+		why = ctx.Err()
+	case <-timedOut:
+		why = context.DeadlineExceeded
+	}
+	// Stop the slot's timer before the slot can be freed and reused.
+	r.timer.Stop()
+	if why != nil {
+		return ch.abort(r, cmd.LUN, why, res, inLen)
+	}
+	if !responded {
 		select {
-		case <-r.done: // the response made it
+		case <-r.done: // the response made it before the channel went down
 		default:
 			r.unmap()
 			r.put()
 			return ErrChannelDown
 		}
-	case <-ctx.Done():
-		r.timer.Stop()
-		return ch.abort(r, cmd.LUN, ctx.Err(), res, inLen)
-	case <-timedOut:
-		return ch.abort(r, cmd.LUN, context.DeadlineExceeded, res, inLen)
 	}
 	if r.reset {
 		r.unmap()
