@@ -144,7 +144,7 @@ func (r *LoginRequestRDMA) Marshal() ([]byte, error) { return r.AppendTo(nil) }
 func (r *LoginRequestRDMA) Unmarshal(b []byte) error {
 	const iu = "srp_login_req_rdma"
 	if len(b) < LoginReqRDMASize {
-		return errShort(iu, "IU", 0, LoginReqRDMASize, len(b))
+		return errFixedShort(iu, loginReqRDMAMembers, LoginReqRDMASize, len(b))
 	}
 	if b[11] != byte(OpLoginReq) {
 		return errInvalid(iu, "opcode", 11, "got %#02x, want 0x00 (SRP_LOGIN_REQ)", b[11])

@@ -3,6 +3,7 @@ package srp
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 )
 
 // Opcode is the IU type code in byte 0 of every SRP IU (T10 SRP r16a;
@@ -146,13 +147,73 @@ func Decode(b []byte) (IU, error) {
 	return iu, nil
 }
 
-// header checks length and opcode common to all decoders.
+// member is one member of a Linux struct: its name and byte offset.
+type member struct {
+	name string
+	off  int
+}
+
+// Fixed parts of the IUs as the members of include/scsi/srp.h, in order.
+var fixedMembers = map[Opcode][]member{
+	OpLoginReq: {{"opcode", 0}, {"reserved1", 1}, {"tag", 8}, {"req_it_iu_len", 16}, {"reserved2", 20},
+		{"req_buf_fmt", 24}, {"req_flags", 26}, {"reserved3", 27}, {"imm_data_offset", 28}, {"reserved4", 30},
+		{"initiator_port_id", 32}, {"target_port_id", 48}},
+	OpTskMgmt: {{"opcode", 0}, {"sol_not", 1}, {"reserved1", 2}, {"tag", 8}, {"reserved2", 16}, {"lun", 20},
+		{"reserved3", 28}, {"tsk_mgmt_func", 30}, {"reserved4", 31}, {"task_tag", 32}, {"reserved5", 40}},
+	OpCmd: {{"opcode", 0}, {"sol_not", 1}, {"reserved1", 2}, {"buf_fmt", 5}, {"data_out_desc_cnt", 6},
+		{"data_in_desc_cnt", 7}, {"tag", 8}, {"reserved2", 16}, {"lun", 20}, {"reserved3", 28}, {"task_attr", 29},
+		{"reserved4", 30}, {"add_cdb_len", 31}, {"cdb", 32}},
+	OpILogout: {{"opcode", 0}, {"reserved", 1}, {"tag", 8}},
+	OpCredRsp: {{"opcode", 0}, {"reserved", 1}, {"tag", 8}},
+	OpAerRsp:  {{"opcode", 0}, {"reserved", 1}, {"tag", 8}},
+	OpTLogout: {{"opcode", 0}, {"sol_not", 1}, {"reserved", 2}, {"reason", 4}, {"tag", 8}},
+	OpCredReq: {{"opcode", 0}, {"sol_not", 1}, {"reserved", 2}, {"req_lim_delta", 4}, {"tag", 8}},
+	OpAerReq: {{"opcode", 0}, {"sol_not", 1}, {"reserved", 2}, {"req_lim_delta", 4}, {"tag", 8}, {"reserved2", 16},
+		{"lun", 20}, {"sense_data_len", 28}, {"reserved3", 32}},
+	OpLoginRsp: {{"opcode", 0}, {"reserved1", 1}, {"req_lim_delta", 4}, {"tag", 8}, {"max_it_iu_len", 16},
+		{"max_ti_iu_len", 20}, {"buf_fmt", 24}, {"rsp_flags", 26}, {"reserved2", 27}},
+	OpRsp: {{"opcode", 0}, {"sol_not", 1}, {"reserved1", 2}, {"req_lim_delta", 4}, {"tag", 8}, {"reserved2", 16},
+		{"flags", 18}, {"status", 19}, {"data_out_res_cnt", 20}, {"data_in_res_cnt", 24}, {"sense_data_len", 28},
+		{"resp_data_len", 32}},
+	OpLoginRej: {{"opcode", 0}, {"reserved1", 1}, {"reason", 4}, {"tag", 8}, {"reserved2", 16}, {"buf_fmt", 24},
+		{"reserved3", 26}},
+}
+
+// loginReqRDMAMembers are the members of struct srp_login_req_rdma.
+var loginReqRDMAMembers = []member{{"tag", 0}, {"req_buf_fmt", 8}, {"req_flags", 10}, {"opcode", 11},
+	{"req_it_iu_len", 12}, {"initiator_port_id", 16}, {"target_port_id", 32}, {"imm_data_offset", 48},
+	{"reserved", 50}}
+
+// errFixedShort reports a buffer of have bytes that ends inside the
+// size-byte fixed part of an IU laid out as ms: it names the first member
+// cut short, passing over reserved members unless only those are missing.
+func errFixedShort(iu string, ms []member, size, have int) error {
+	first := -1
+	for i, m := range ms {
+		end := size
+		if i+1 < len(ms) {
+			end = ms[i+1].off
+		}
+		if end <= have {
+			continue
+		}
+		if !strings.HasPrefix(m.name, "reserved") {
+			return errShort(iu, m.name, m.off, size, have)
+		}
+		if first < 0 {
+			first = i
+		}
+	}
+	if first < 0 {
+		return errShort(iu, "IU", 0, size, have)
+	}
+	return errShort(iu, ms[first].name, ms[first].off, size, have)
+}
+
+// checkFixed checks length and opcode common to all decoders.
 func checkFixed(b []byte, op Opcode, size int) error {
 	if len(b) < size {
-		if len(b) == 0 {
-			return errShort(op.String(), "opcode", 0, size, 0)
-		}
-		return errShort(op.String(), "IU", 0, size, len(b))
+		return errFixedShort(op.String(), fixedMembers[op], size, len(b))
 	}
 	if Opcode(b[0]) != op {
 		return errInvalid(op.String(), "opcode", 0, "got %#02x (%v), want %#02x", b[0], Opcode(b[0]), uint8(op))

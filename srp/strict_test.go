@@ -66,7 +66,7 @@ func TestCmdStrict(t *testing.T) {
 		{"imm buf short", imm[:50], "imm_buf", ErrTruncated},
 		{"add cdb short", mutate(none, func(b []byte) { b[31] = 8 }), "add_cdb_len", ErrTruncated},
 		{"wrong opcode", mutate(none, func(b []byte) { b[0] = 0xc1 }), "opcode", ErrInvalid},
-		{"short fixed", none[:47], "IU", ErrTruncated},
+		{"short fixed", none[:47], "cdb", ErrTruncated},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,6 +89,56 @@ func TestCmdStrict(t *testing.T) {
 	// The low two bits of add_cdb_len are reserved and ignored.
 	if _, err := UnmarshalCmd(mutate(none, func(b []byte) { b[31] = 3 })); err != nil {
 		t.Fatalf("reserved add_cdb_len bits: %v", err)
+	}
+}
+
+// A buffer that ends inside the fixed part of an IU names the first
+// member (include/scsi/srp.h) it cuts, skipping reserved bytes unless only
+// reserved bytes are missing.
+func TestFixedPartTruncationNamesMember(t *testing.T) {
+	cases := []struct {
+		op    Opcode
+		n     int
+		field string
+		off   int
+	}{
+		{OpCmd, 1, "sol_not", 1},
+		{OpCmd, 3, "buf_fmt", 5},
+		{OpCmd, 10, "tag", 8},
+		{OpCmd, 31, "add_cdb_len", 31},
+		{OpCmd, 47, "cdb", 32},
+		{OpRsp, 17, "flags", 18},
+		{OpRsp, 30, "sense_data_len", 28},
+		{OpRsp, 35, "resp_data_len", 32},
+		{OpLoginReq, 40, "initiator_port_id", 32},
+		{OpLoginReq, 63, "target_port_id", 48},
+		{OpLoginRsp, 30, "reserved2", 27},
+		{OpLoginRej, 25, "buf_fmt", 24},
+		{OpLoginRej, 30, "reserved3", 26},
+		{OpTskMgmt, 29, "tsk_mgmt_func", 30},
+		{OpTskMgmt, 45, "reserved5", 40},
+		{OpTLogout, 6, "reason", 4},
+		{OpCredReq, 7, "req_lim_delta", 4},
+		{OpAerReq, 30, "sense_data_len", 28},
+		{OpAerReq, 33, "reserved3", 32},
+		{OpILogout, 9, "tag", 8},
+		{OpCredRsp, 15, "tag", 8},
+		{OpAerRsp, 2, "tag", 8},
+	}
+	for _, tc := range cases {
+		b := make([]byte, tc.n)
+		b[0] = byte(tc.op)
+		_, err := Decode(b)
+		wantErr(t, err, tc.field, ErrTruncated)
+		var de *DecodeError
+		errors.As(err, &de)
+		if de.Offset != tc.off || de.IU != tc.op.String() {
+			t.Errorf("%v/%d: %v at offset %d, want %d", tc.op, tc.n, err, de.Offset, tc.off)
+		}
+	}
+	for n, field := range map[int]string{5: "tag", 10: "req_flags", 49: "imm_data_offset", 55: "reserved"} {
+		_, err := UnmarshalLoginRequestRDMA(make([]byte, n))
+		wantErr(t, err, field, ErrTruncated)
 	}
 }
 
