@@ -84,7 +84,7 @@ func ParsePortID(s string) (PortID, error) {
 		h = h[2:]
 	}
 	if len(h) != 32 {
-		return fail("%q: want 32 hex digits (optionally 0x-prefixed) or a GUID xxxx:xxxx:xxxx:xxxx, got %d digits", s, len(h))
+		return fail("%q: want 32 hex digits (optionally 0x-prefixed) or a GUID xxxx:xxxx:xxxx:xxxx, got %d characters", s, len(h))
 	}
 	if _, err := hex.Decode(p[:], []byte(h)); err != nil {
 		return fail("%q: not hex", s)

@@ -2,6 +2,7 @@ package srp
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -35,6 +36,11 @@ func TestParsePortID(t *testing.T) {
 		} else if _, ok := err.(*DecodeError); !ok {
 			t.Errorf("%q: %T", in, err)
 		}
+	}
+	// The length error counts what was given, not hex digits.
+	if _, err := ParsePortID("0002c903000102030002c90300010203 "); err == nil ||
+		!strings.Contains(err.Error(), "got 33 characters") {
+		t.Errorf("trailing space: %v", err)
 	}
 	p := NewPortID(0x0011223344556677, 0x8899aabbccddeeff)
 	if p.String() != "00112233445566778899aabbccddeeff" {
