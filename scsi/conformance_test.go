@@ -233,3 +233,104 @@ func TestConformanceMalformedCDBs(t *testing.T) {
 		}
 	}
 }
+
+// libiscsi test_prout_reserve_access_{we,ea,wero,earo,wear,eaar} and
+// test_prin_report_caps_simple: the access each reservation type gives a
+// second I_T nexus, registered or not (SPC-4 §5.13.1, table 45 — reads and
+// writes), READ RESERVATION reporting key 0 for the all-registrants types
+// (SPC-4 §6.15.3), and RELEASE by the holder.
+func TestConformancePRAccess(t *testing.T) {
+	type access struct{ readUnreg, writeUnreg, readReg, writeReg bool }
+	for _, tc := range []struct {
+		typ byte
+		acc access
+	}{
+		{0x1, access{true, false, true, false}},  // WRITE EXCLUSIVE
+		{0x3, access{false, false, false, false}}, // EXCLUSIVE ACCESS
+		{0x5, access{true, false, true, true}},   // WRITE EXCLUSIVE – REGISTRANTS ONLY
+		{0x6, access{false, false, true, true}},  // EXCLUSIVE ACCESS – REGISTRANTS ONLY
+		{0x7, access{true, false, true, true}},   // WRITE EXCLUSIVE – ALL REGISTRANTS
+		{0x8, access{false, false, true, true}},  // EXCLUSIVE ACCESS – ALL REGISTRANTS
+	} {
+		f := newFixture(t, LUConfig{})
+		s2 := f.tg.NewSession(nexusB)
+		f.run(s2, 0, cdbTUR(), nil, 0)
+		cdb, p := prOut(0x06, 0, 0, 0xA1) // REGISTER AND IGNORE EXISTING KEY
+		f.good(cdb, p)
+		caps := f.in([]byte{0x5E, 0x02, 0, 0, 0, 0, 0, 0, 8, 0}, 8)
+		if be16(caps) != 8 || caps[3]>>4&0x07 > 5 {
+			t.Fatalf("REPORT CAPABILITIES % x", caps)
+		}
+		if mask := be16(caps[4:]); mask&0xEB00 != 0xEA00 || mask&^0xEB01 != 0 {
+			t.Fatalf("type mask %04x", mask)
+		}
+		cdb, p = prOut(0x01, tc.typ, 0xA1, 0)
+		f.good(cdb, p)
+		rr := f.in([]byte{0x5E, 0x01, 0, 0, 0, 0, 0, 0, 24, 0}, 24)
+		wantKey := uint64(0xA1)
+		if tc.typ >= 7 {
+			wantKey = 0
+		}
+		if be32(rr[4:]) != 16 || be64(rr[8:]) != wantKey || rr[21] != tc.typ {
+			t.Fatalf("type %d: READ RESERVATION % x", tc.typ, rr)
+		}
+		check := func(what string, r Result, allowed bool) {
+			t.Helper()
+			if allowed && r.Status != StatusGood || !allowed && r.Status != StatusReservationConflict {
+				t.Fatalf("type %d: %s: status %#x, allowed %v", tc.typ, what, r.Status, allowed)
+			}
+		}
+		check("TUR unregistered", f.run(s2, 0, cdbTUR(), nil, 0), true)
+		check("read unregistered", f.run(s2, 0, cdb10(0x28, 0, 0, 1), nil, 512), tc.acc.readUnreg)
+		check("write unregistered", f.run(s2, 0, cdb10(0x2A, 0, 0, 1), make([]byte, 512), 0), tc.acc.writeUnreg)
+		cdb, p = prOut(0x06, 0, 0, 0xB2)
+		check("register", f.run(s2, 0, cdb, p, 0), true)
+		check("read registered", f.run(s2, 0, cdb10(0x28, 0, 0, 1), nil, 512), tc.acc.readReg)
+		check("write registered", f.run(s2, 0, cdb10(0x2A, 0, 0, 1), make([]byte, 512), 0), tc.acc.writeReg)
+		// The holder releases; B then has full access.
+		cdb, p = prOut(0x02, tc.typ, 0xA1, 0)
+		f.good(cdb, p)
+		if tc.typ >= 5 {
+			// Registrants-only and all-registrants types: the other
+			// registrants get RESERVATIONS RELEASED (SPC-4 §5.13.11.2).
+			wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x04)
+		}
+		check("write after release", f.run(s2, 0, cdb10(0x2A, 0, 0, 1), make([]byte, 512), 0), true)
+		s2.Close()
+	}
+}
+
+// libiscsi test_prin_serviceaction_range: PERSISTENT RESERVE IN service
+// actions 04h..1Fh are INVALID FIELD IN CDB; test_prin_read_keys_truncate:
+// a short allocation length truncates without error.
+func TestConformancePRIn(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	for sa := byte(4); sa < 0x20; sa++ {
+		wantSense(t, f.run(f.s, 0, []byte{0x5E, sa, 0, 0, 0, 0, 0, 0, 64, 0}, nil, 64), SenseIllegalRequest, 0x24, 0x00)
+	}
+	for i := uint64(1); i <= 3; i++ {
+		s := f.tg.NewSession(Nexus{InitiatorPortID: fmt32(i), TargetPortID: nexusA.TargetPortID, RelativeTargetPort: 1})
+		f.run(s, 0, cdbTUR(), nil, 0)
+		cdb, p := prOut(0x00, 0, 0, 0x100+i)
+		if r := f.run(s, 0, cdb, p, 0); r.Status != StatusGood {
+			t.Fatalf("%+v", r)
+		}
+		defer s.Close()
+	}
+	for al := 0; al <= 32; al++ {
+		r := f.run(f.s, 0, []byte{0x5E, 0, 0, 0, 0, 0, 0, 0, byte(al), 0}, nil, 64)
+		if r.Status != StatusGood || r.DataInLen != min(al, 8+24) {
+			t.Fatalf("alloc %d: %+v", al, r)
+		}
+	}
+}
+
+func fmt32(i uint64) string {
+	const hexd = "0123456789abcdef"
+	b := []byte("00000000000000000000000000000000")
+	for j := 31; i > 0; j-- {
+		b[j] = hexd[i&15]
+		i >>= 4
+	}
+	return string(b)
+}

@@ -85,7 +85,8 @@ func (ts *taskSet) enter(ctx context.Context, t *task) bool {
 	ts.mu.Lock()
 	ts.seq++
 	t.seq = ts.seq
-	t.ts = ts
+	// t.ts was set before t became visible to TMFs (session.tags), which
+	// read it without ts.mu; it must not be written here.
 	if t.attr == TaskHeadOfQueue {
 		// Placed at the head of the task set (SAM-5 §8.6.4).
 		t.next = ts.head
