@@ -245,12 +245,12 @@ func TestConformancePRAccess(t *testing.T) {
 		typ byte
 		acc access
 	}{
-		{0x1, access{true, false, true, false}},  // WRITE EXCLUSIVE
+		{0x1, access{true, false, true, false}},   // WRITE EXCLUSIVE
 		{0x3, access{false, false, false, false}}, // EXCLUSIVE ACCESS
-		{0x5, access{true, false, true, true}},   // WRITE EXCLUSIVE – REGISTRANTS ONLY
-		{0x6, access{false, false, true, true}},  // EXCLUSIVE ACCESS – REGISTRANTS ONLY
-		{0x7, access{true, false, true, true}},   // WRITE EXCLUSIVE – ALL REGISTRANTS
-		{0x8, access{false, false, true, true}},  // EXCLUSIVE ACCESS – ALL REGISTRANTS
+		{0x5, access{true, false, true, true}},    // WRITE EXCLUSIVE – REGISTRANTS ONLY
+		{0x6, access{false, false, true, true}},   // EXCLUSIVE ACCESS – REGISTRANTS ONLY
+		{0x7, access{true, false, true, true}},    // WRITE EXCLUSIVE – ALL REGISTRANTS
+		{0x8, access{false, false, true, true}},   // EXCLUSIVE ACCESS – ALL REGISTRANTS
 	} {
 		f := newFixture(t, LUConfig{})
 		s2 := f.tg.NewSession(nexusB)
