@@ -34,6 +34,7 @@ type fakeTarget struct {
 	rawIUs      [][]byte
 	held        map[uint64]chan struct{} // tag → release (TEST UNIT READY held)
 	hold        bool
+	ignoreTMF   bool // never answer task management
 	outstanding int
 	maxOut      int
 	credRsps    []uint64
@@ -220,6 +221,10 @@ func (fc *fakeConn) handle(iu []byte) {
 		}
 		ft.mu.Lock()
 		ft.tmfs = append(ft.tmfs, tm)
+		if ft.ignoreTMF {
+			ft.mu.Unlock()
+			return
+		}
 		code := srp.TMFRspFailed
 		switch tm.Func {
 		case srp.TMFAbortTask:

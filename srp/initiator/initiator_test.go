@@ -533,3 +533,64 @@ func BenchmarkExecuteRead(b *testing.B) {
 		}
 	})
 }
+
+// TestAbortTimeoutReconnects: a target that answers neither the command nor
+// its ABORT TASK gets the channel torn down (so it can no longer touch the
+// command's memory), and the session reconnects.
+func TestAbortTimeoutReconnects(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) {
+		o.CommandTimeout = 50 * time.Millisecond
+		o.TMFTimeout = 50 * time.Millisecond
+		o.ReconnectDelay = 10 * time.Millisecond
+	})
+	ft.mu.Lock()
+	ft.hold, ft.ignoreTMF = true, true
+	ft.mu.Unlock()
+	ctx := testCtx(t)
+	err := s.TestUnitReady(ctx, 0)
+	if !errors.Is(err, ErrAborted) {
+		t.Fatalf("err %v, want ErrAborted", err)
+	}
+	ft.mu.Lock()
+	ft.hold, ft.ignoreTMF = false, false
+	ft.mu.Unlock()
+	if err := s.TestUnitReady(ctx, 0); err != nil {
+		t.Fatalf("after the channel was replaced: %v", err)
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if len(ft.logins) < 2 {
+		t.Errorf("%d logins: the channel was not replaced", len(ft.logins))
+	}
+}
+
+// TestCloseFailsOutstanding: Close ends commands waiting for a response.
+func TestCloseFailsOutstanding(t *testing.T) {
+	ft, s := setup(t, nil)
+	ft.mu.Lock()
+	ft.hold = true
+	ft.mu.Unlock()
+	ctx := testCtx(t)
+	errc := make(chan error, 1)
+	go func() { errc <- s.TestUnitReady(ctx, 0) }()
+	for {
+		ft.mu.Lock()
+		n := len(ft.held)
+		ft.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("command not held")
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	s.Close()
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Errorf("outstanding command after Close: %v", err)
+	}
+	if _, err := s.Execute(testCtx(t), &Command{CDB: make([]byte, 6)}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Execute after Close: %v", err)
+	}
+}
