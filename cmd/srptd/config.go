@@ -52,6 +52,10 @@ type PortSection struct {
 	Device      string   `toml:"device"`       // verbs device name
 	DevicePort  int      `toml:"device_port"`  // verbs port, 1-based
 	MPACRC      bool     `toml:"mpa_crc"`      // iWARP: ask for the MPA CRC32c
+	// CompletionFences (iWARP) completes SEND and RDMA WRITE work only once
+	// the peer proved it placed it (zero-length Read fences); off by
+	// default: completion at transmit, as Linux siw.
+	CompletionFences bool `toml:"completion_fences"`
 }
 
 // LUNSection is one logical unit.

@@ -17,7 +17,7 @@ import (
 func openDevice(p PortSection, log *slog.Logger) (dev rdma.Device, nodeGUID uint64, err error) {
 	switch p.Transport {
 	case "", "iwarp":
-		return iwarp.NewDevice(iwarp.Config{Logger: log, CRC: p.MPACRC}), 0, nil
+		return iwarp.NewDevice(iwarp.Config{Logger: log, CRC: p.MPACRC, CompleteOnTransmit: !p.CompletionFences}), 0, nil
 	case "verbs":
 		if !verbs.Built {
 			return nil, 0, errors.New("transport \"verbs\": this srptd was built without RDMA verbs support (rebuild with cgo and -tags verbs)")
