@@ -16,6 +16,27 @@ type pair struct {
 	mu   sync.Mutex
 	ends [2]*Conn
 	down bool
+	// With asynchronous execution: kick (capacity 1) wakes the worker,
+	// stop (closed at shutdown) ends it.
+	kick chan struct{}
+	stop chan struct{}
+}
+
+// run is the worker of a pair with asynchronous execution: it executes both
+// send queues whenever kicked, until the connection goes down.
+func (p *pair) run() {
+	for {
+		select {
+		case <-p.kick:
+		case <-p.stop:
+			return
+		}
+		p.mu.Lock()
+		for _, c := range p.ends {
+			c.execQueue()
+		}
+		p.mu.Unlock()
+	}
 }
 
 // sendEntry is a posted send work request.
@@ -50,22 +71,33 @@ type Conn struct {
 	done   chan struct{}
 
 	// Guarded by p.mu.
-	sq       []*sendEntry // posted, not yet executed, in order
-	sqHeld   int          // send slots held (posted, completion not yet polled)
-	nextSeq  uint64
-	released uint64   // every seq below this has released its slot
-	reads    []uint64 // seqs of RDMA READs holding an ORD credit, ascending
-	rq       []rdma.RecvWR
-	rqHeld   int // receive slots held (posted, completion not yet polled)
-	cq       []cqEntry
-	err      error
-	faults   []*faultState
+	sq         []*sendEntry // posted, not yet executed, in order
+	nextSeq    uint64
+	released   uint64   // every seq below this has released its slot (as of the last held call)
+	reads      []uint64 // seqs of RDMA READs holding an ORD credit, ascending
+	rq         []rdma.RecvWR
+	recvPosted uint64 // receives ever posted
+	err        error
+	faults     []*faultState
+
+	// Guarded by cqMu, which is taken after p.mu, never before. Poll takes
+	// only cqMu, so with asynchronous execution polling does not order the
+	// caller's later buffer accesses before the worker's.
+	cqMu       sync.Mutex
+	cq         []cqEntry
+	polledSeq  uint64 // send seqs below this have been released by Poll
+	polledRecv uint64 // receive completions returned by Poll
+	cqDown     bool   // the connection is down: every completion is in cq
 }
 
 var _ rdma.Conn = (*Conn)(nil)
 
 func newPair(dd, ad *Device, dcfg, acfg rdma.QPConfig, daddr, aaddr Addr) (dialer, acceptor *Conn) {
 	p := &pair{}
+	if dd.async || ad.async {
+		p.kick = make(chan struct{}, 1)
+		p.stop = make(chan struct{})
+	}
 	mk := func(side int, dev *Device, cfg, peer rdma.QPConfig, local, remote Addr) *Conn {
 		ord := min(cfg.ORD, peer.IRD)
 		return &Conn{
@@ -152,7 +184,7 @@ func (c *Conn) PostSend(wrs ...rdma.SendWR) error {
 		if err := c.validateSend(&wr); err != nil {
 			return fmt.Errorf("loopback: send WR %d (ID %d): %w", i, wr.ID, err)
 		}
-		if c.sqHeld >= c.caps.SendDepth {
+		if held, _ := c.held(); held >= c.caps.SendDepth {
 			return rdma.ErrQueueFull
 		}
 		isRead := wr.Op == rdma.OpRDMARead
@@ -162,7 +194,6 @@ func (c *Conn) PostSend(wrs ...rdma.SendWR) error {
 		wr.Local = append([]rdma.SGE(nil), wr.Local...)
 		e := &sendEntry{wr: wr, seq: c.nextSeq}
 		c.nextSeq++
-		c.sqHeld++
 		if isRead {
 			c.reads = append(c.reads, e.seq)
 		}
@@ -224,10 +255,10 @@ func (c *Conn) PostRecv(wrs ...rdma.RecvWR) error {
 		if err := c.validateSGE(wr.Local, rdma.AccessLocalWrite); err != nil {
 			return fmt.Errorf("loopback: recv WR %d (ID %d): %w", i, wr.ID, err)
 		}
-		if c.rqHeld >= c.caps.RecvDepth {
+		if _, held := c.held(); held >= c.caps.RecvDepth {
 			return rdma.ErrQueueFull
 		}
-		c.rqHeld++
+		c.recvPosted++
 		c.rq = append(c.rq, wr)
 		c.peer().pump()
 	}
@@ -245,22 +276,27 @@ func (c *Conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 		return 0, nil
 	}
 	for {
-		c.p.mu.Lock()
+		c.cqMu.Lock()
 		if len(c.cq) > 0 {
 			n := min(len(out), len(c.cq))
 			for i, e := range c.cq[:n] {
 				out[i] = e.c
-				c.release(e)
+				switch {
+				case !e.send:
+					c.polledRecv++
+				case e.seq >= c.polledSeq:
+					c.polledSeq = e.seq + 1
+				}
 			}
 			// Shift the rest down so the backing array is reused.
 			rest := copy(c.cq, c.cq[n:])
 			clear(c.cq[rest:])
 			c.cq = c.cq[:rest]
-			c.p.mu.Unlock()
+			c.cqMu.Unlock()
 			return n, nil
 		}
-		down := c.p.down
-		c.p.mu.Unlock()
+		down := c.cqDown
+		c.cqMu.Unlock()
 		if down {
 			return 0, rdma.ErrClosed
 		}
@@ -272,26 +308,29 @@ func (c *Conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 	}
 }
 
-// release frees the slots a polled completion held.
-func (c *Conn) release(e cqEntry) {
-	if !e.send {
-		c.rqHeld--
-		return
+// held returns the send and receive slots held, after taking in what Poll
+// has released (which also returns the ORD credits of released READs).
+// Called with p.mu held.
+func (c *Conn) held() (send, recv int) {
+	c.cqMu.Lock()
+	ps, pr := c.polledSeq, c.polledRecv
+	c.cqMu.Unlock()
+	if ps > c.released {
+		c.released = ps
+		i := 0
+		for i < len(c.reads) && c.reads[i] < ps {
+			i++
+		}
+		c.reads = c.reads[i:]
 	}
-	if e.seq < c.released {
-		return
-	}
-	c.sqHeld -= int(e.seq + 1 - c.released)
-	c.released = e.seq + 1
-	i := 0
-	for i < len(c.reads) && c.reads[i] <= e.seq {
-		i++
-	}
-	c.reads = c.reads[i:]
+	return int(c.nextSeq - c.released), int(c.recvPosted - pr)
 }
 
+// push queues a completion for Poll. Called with p.mu held.
 func (c *Conn) push(e cqEntry) {
+	c.cqMu.Lock()
 	c.cq = append(c.cq, e)
+	c.cqMu.Unlock()
 	c.wake()
 }
 
@@ -328,7 +367,21 @@ type failure struct {
 
 // pump executes the send queue from its head until it is empty, stalls or
 // the connection goes down. Called with p.mu held.
+//
+// With asynchronous execution it only wakes the pair's worker.
 func (c *Conn) pump() {
+	if c.p.kick != nil {
+		select {
+		case c.p.kick <- struct{}{}:
+		default:
+		}
+		return
+	}
+	c.execQueue()
+}
+
+// execQueue is pump's synchronous body. Called with p.mu held.
+func (c *Conn) execQueue() {
 	for len(c.sq) > 0 && !c.p.down {
 		e := c.sq[0]
 		stalled, f := c.execute(e)
@@ -444,6 +497,7 @@ func (c *Conn) execute(e *sendEntry) (stalled bool, f *failure) {
 		}
 		c.completeSend(e, rdma.StatusSuccess, 0, nil)
 	case rdma.OpRDMARead:
+		c.held() // drop the READs Poll has released
 		inflight := 0
 		for _, s := range c.reads {
 			if s < e.seq {
@@ -536,6 +590,9 @@ func (c *Conn) fail(e *sendEntry, f *failure) {
 // p.mu held.
 func (p *pair) shutdown(errs [2]error) {
 	p.down = true
+	if p.stop != nil {
+		close(p.stop)
+	}
 	for i, c := range p.ends {
 		for _, e := range c.sq {
 			if e.timer != nil {
@@ -554,6 +611,9 @@ func (p *pair) shutdown(errs [2]error) {
 		}
 		c.rq = nil
 		c.err = errs[i]
+		c.cqMu.Lock()
+		c.cqDown = true
+		c.cqMu.Unlock()
 		close(c.done)
 		c.wake()
 		c.dev.removeConn(c)

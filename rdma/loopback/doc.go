@@ -74,7 +74,8 @@
 // posts is deterministic and there are no per-connection goroutines. A
 // consequence for upper layers: a buffer reused right after PostSend returns
 // usually goes unnoticed here, while real providers read it later; run such
-// code against rdma/iwarp too (or use a Fault with Delay to hold the work).
+// code against rdma/iwarp too, or with WithAsyncExecution, which runs the
+// work on a goroutine per connection so that -race reports such reuse.
 //
 // # Queue limits
 //

@@ -188,6 +188,11 @@ func TestCompleteOnTransmit(t *testing.T) {
 	wantC(t, pollAll(t, dc2)[0], 1, rdma.OpRDMARead, rdma.StatusRemoteAccess)
 }
 
+// TestConformanceAsync runs the suite against asynchronous execution.
+func TestConformanceAsync(t *testing.T) {
+	rdmatest.Run(t, newPairFactory(WithAsyncExecution()))
+}
+
 func BenchmarkLoopback(b *testing.B) {
 	rdmatest.Benchmark(b, newPairFactory())
 }

@@ -99,6 +99,17 @@ func WithCompleteOnTransmit() Option {
 	return func(d *Device) { d.completeOnTransmit = true }
 }
 
+// WithAsyncExecution makes the device's connections execute work on one
+// goroutine per connection instead of inside PostSend and PostRecv: data is
+// read and placed after the post returns, as real hardware does, so the race
+// detector flags upper-layer code that touches a buffer before its work
+// request completes. Ordering and completion rules are unchanged; the
+// interleaving with the caller is no longer deterministic. A connection is
+// asynchronous when either end's device has this option.
+func WithAsyncExecution() Option {
+	return func(d *Device) { d.async = true }
+}
+
 // WithUncheckedORD makes PostSend on the device's connections skip the ORD
 // check, so a test can drive a peer's responder-side IRD check. Everything
 // else about ORD is unchanged.
@@ -115,6 +126,7 @@ type Device struct {
 	rnrTimeout         time.Duration
 	uncheckedORD       bool
 	completeOnTransmit bool
+	async              bool
 
 	mu        sync.Mutex // guards the fields below; taken after a pair's mutex, never before
 	closed    bool
@@ -541,6 +553,9 @@ func (r *connRequest) Accept(ctx context.Context, cfg rdma.QPConfig, privateData
 	r.state = reqDone
 	r.replyPD = append([]byte{}, privateData...)
 	r.dialConn = dc
+	if dc.p.kick != nil {
+		go dc.p.run()
+	}
 	close(r.decided)
 	r.l.dev.log.Debug("loopback connection established", "local", string(r.local), "remote", string(r.remote))
 	return ac, nil
