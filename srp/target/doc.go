@@ -45,4 +45,10 @@
 //     rejection (0x10004) are checked; ib_srpt checks neither.
 //   - IU-form logins (empty private data) set up the receive ring before the
 //     login is known, aligned for immediate data at offset 68 (ib_srp's).
+//   - The receive ring holds 2*RQSize+4 buffers, posted before the login
+//     reply when the provider offers rdma.RecvFirstAcceptor: iWARP has no
+//     RNR retry, so an initiator SEND must always find a buffer.
+//   - A TMF aborts the commands of its own channel that are still fetching
+//     data; commands of other channels of the same I_T nexus are aborted by
+//     the SCSI core once they reach it.
 package target
