@@ -833,10 +833,12 @@ func (r *connReq) Accept(ctx context.Context, cfg rdma.QPConfig, pd []byte) (rdm
 		C.rdma_destroy_id(r.id)
 		return nil, err
 	}
-	// Responder resources: RDMA READs the peer may have outstanding against
-	// us, bounded by what it asked to issue (its initiator depth).
-	c.caps.IRD = pick(cfg.IRD, 4, r.idep, r.d.lim.maxRdAtom)
-	c.caps.ORD = pick(cfg.ORD, 4, r.rr, r.d.lim.maxRdAtom)
+	// RDMA/CM reports a connect request's depths from the receiver's side
+	// (rdma_accept(3)): responder_resources is the peer's initiator depth
+	// (the RDMA READs it may have outstanding against us, our IRD), and
+	// initiator_depth is the peer's responder resources (our ORD's bound).
+	c.caps.IRD = pick(cfg.IRD, 4, r.rr, r.d.lim.maxRdAtom)
+	c.caps.ORD = pick(cfg.ORD, 4, r.idep, r.d.lim.maxRdAtom)
 	var p unsafe.Pointer
 	if len(pd) > 0 {
 		p = C.CBytes(pd)
