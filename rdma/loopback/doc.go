@@ -57,8 +57,8 @@
 //     and the QP goes to error). An invalidated region refuses every later
 //     remote access; local use (as an SGE) stays allowed.
 //   - RNR: a SEND finding no posted receive waits until the peer posts one,
-//     for ever by default (ib_srpt sets rnr_retry to 7, which means retry
-//     without limit). WithRNRTimeout bounds the wait: the SEND then completes
+//     for ever by default (ib_srpt's CM REP carries rnr_retry 7, which means
+//     retry without limit). WithRNRTimeout bounds the wait: the SEND then completes
 //     with rdma.StatusRNRRetryExceeded and the QP goes to error.
 //   - RDMA READ completes with ByteLen set to the bytes read. RDMA WRITE and
 //     SEND completions have ByteLen 0.
@@ -85,9 +85,9 @@
 // (so posting only unsignaled work eventually fills the queue). A receive slot
 // is held from PostRecv until its completion is returned by Poll. An RDMA READ
 // counts against ORD for as long as it holds its send slot. Posting beyond
-// SendDepth, RecvDepth or ORD fails with rdma.ErrQueueFull; because
-// completions wait for Poll only while their slots are held, the completion
-// queue never overflows.
+// SendDepth, RecvDepth or ORD fails with rdma.ErrQueueFull. So at most
+// SendDepth + RecvDepth completions ever wait for Poll, as with a verbs CQ
+// sized to its queues.
 //
 // ORD and IRD are negotiated at connection time: each side's ORD becomes the
 // smaller of its own ORD and the peer's IRD, and its IRD the peer's negotiated

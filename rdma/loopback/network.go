@@ -105,7 +105,8 @@ func WithCompleteOnTransmit() Option {
 // detector flags upper-layer code that touches a buffer before its work
 // request completes. Ordering and completion rules are unchanged; the
 // interleaving with the caller is no longer deterministic. A connection is
-// asynchronous when either end's device has this option.
+// asynchronous when either end's device has this option; its goroutine exits
+// when the connection goes down (Close, Device.Close or an error).
 func WithAsyncExecution() Option {
 	return func(d *Device) { d.async = true }
 }
