@@ -218,8 +218,8 @@ func TestConformanceMalformedCDBs(t *testing.T) {
 		}
 		for i := 1; i < len(e.usage); i++ {
 			for bit := 0; bit < 8; bit++ {
-				if e.usage[i]&(1<<bit) != 0 {
-					continue
+				if e.usage[i]&(1<<bit) != 0 || e.hasSA && i == 1 && bit < 5 {
+					continue // a used bit, or another service action
 				}
 				cdb := make([]byte, len(e.usage))
 				cdb[0] = e.op
@@ -333,4 +333,37 @@ func fmt32(i uint64) string {
 		i >>= 4
 	}
 	return string(b)
+}
+
+// libiscsi test_report_supported_opcodes_one_command: for every descriptor
+// of the all-commands list, reporting options 001b works for opcodes without
+// service actions and is INVALID FIELD IN CDB for those with; 010b the
+// reverse; the usage data starts with the opcode and, for service action
+// commands, carries the service action in the SERVICE ACTION field
+// (SPC-4 §6.35.3).
+func TestConformanceRSOCOneCommand(t *testing.T) {
+	f := newFixture(t, LUConfig{ThinProvisioning: true})
+	all := f.in([]byte{0xA3, 0x0C, 0x00, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0}, 65535)
+	if len(all) < 12 {
+		t.Fatal("empty list")
+	}
+	rsoc := func(opt, op byte, sa uint16) []byte {
+		return []byte{0xA3, 0x0C, opt, op, byte(sa >> 8), byte(sa), 0, 0, 0xFF, 0xFF, 0, 0}
+	}
+	for p := 4; p+8 <= len(all); p += 8 {
+		d := all[p : p+8]
+		op, sa, servactv := d[0], be16(d[2:]), d[5]&0x01 != 0
+		good, bad := byte(1), byte(2)
+		if servactv {
+			good, bad = 2, 1
+		}
+		wantSense(t, f.run(f.s, 0, rsoc(bad, op, sa), nil, 65535), SenseIllegalRequest, 0x24, 0x00)
+		one := f.in(rsoc(good, op, sa), 65535)
+		if one[1]&0x07 != 3 || int(be16(one[2:])) != int(be16(d[6:])) || len(one) != 4+int(be16(d[6:])) || one[4] != op {
+			t.Fatalf("op %02x sa %02x: % x", op, sa, one)
+		}
+		if servactv && uint16(one[5]&0x1F) != sa {
+			t.Fatalf("op %02x sa %02x: usage byte 1 %02x", op, sa, one[5])
+		}
+	}
 }

@@ -221,6 +221,12 @@ func buildOpTable() *opTable {
 			e.nominal, e.recommended = 1, 30
 		}
 		if e.hasSA {
+			// SPC-4 §6.35.3: the CDB USAGE DATA holds the service action
+			// value itself where the CDB's SERVICE ACTION field (byte 1,
+			// bits 4:0) is, as LIO's usage_bits do. lookup has matched
+			// those bits exactly, so validate still accepts them.
+			e.usage = append([]byte(nil), e.usage...)
+			e.usage[1] = e.usage[1]&^0x1F | byte(e.sa)
 			t.sa[e.op] = append(t.sa[e.op], e)
 		} else {
 			t.plain[e.op] = e

@@ -199,7 +199,13 @@ func TestReportOpcodes(t *testing.T) {
 	wantField(t, f.run(f.s, 0, one, nil, 256), 0x24, true, 2, 2)
 	// With service action: READ CAPACITY(16).
 	one[2], one[3], one[5] = 0x02, 0x9E, 0x10
-	wantBytes(t, "RSOC RC16", f.in(one, 256), hx(`00 03 00 10 9e 1f ffffffffffffffff ffffffff 01 00`))
+	// The SERVICE ACTION field position of the usage data carries the
+	// service action itself (SPC-4 §6.35.3), 10h.
+	wantBytes(t, "RSOC RC16", f.in(one, 256), hx(`00 03 00 10 9e 10 ffffffffffffffff ffffffff 01 00`))
+	// MAINTENANCE IN / REPORT TARGET PORT GROUPS: PARAMETER DATA FORMAT
+	// bits 7:5 and SA 0Ah.
+	one[3], one[5] = 0xA3, 0x0A
+	wantBytes(t, "RSOC RTPG", f.in(one, 256), hx(`00 03 00 0c a3 ea 00000000 ffffffff 00 00`))
 
 	// All commands: every table row once, 8-byte descriptors.
 	all := []byte{0xA3, 0x0C, 0x00, 0, 0, 0, 0, 0, 0x10, 0, 0, 0}
