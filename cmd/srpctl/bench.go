@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,20 +199,13 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 					seq++
 				}
 				read := rw == "read" || rw == "randread" || ((rw == "rw" || rw == "randrw") && rng.IntN(100) < rwmix)
-				clear(cdb[:])
 				cmd.DataIn, cmd.DataOut = nil, nil
 				if read {
-					cdb[0] = 0x88
 					cmd.DataIn = bufs
 				} else {
-					cdb[0] = 0x8a
-					if fua {
-						cdb[1] = 0x08
-					}
 					cmd.DataOut = bufs
 				}
-				binary.BigEndian.PutUint64(cdb[2:], slot*uint64(bs/bsz))
-				binary.BigEndian.PutUint32(cdb[10:], uint32(bs/bsz))
+				initiator.PutRW16(cdb[:], !read, slot*uint64(bs/bsz), uint32(bs/bsz), fua && !read)
 				t0 := time.Now()
 				res, err := s.Execute(context.Background(), &cmd)
 				d := time.Since(t0)

@@ -594,3 +594,17 @@ func TestCloseFailsOutstanding(t *testing.T) {
 		t.Errorf("Execute after Close: %v", err)
 	}
 }
+
+func TestPutRW16(t *testing.T) {
+	cdb := make([]byte, 16)
+	PutRW16(cdb, true, 0x0102030405060708, 0x0a0b0c0d, true)
+	want := []byte{0x8a, 0x08, 1, 2, 3, 4, 5, 6, 7, 8, 0x0a, 0x0b, 0x0c, 0x0d, 0, 0}
+	if !bytes.Equal(cdb, want) {
+		t.Errorf("WRITE(16) FUA: %x, want %x", cdb, want)
+	}
+	PutRW16(cdb, false, 1, 8, false)
+	want = []byte{0x88, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0}
+	if !bytes.Equal(cdb, want) {
+		t.Errorf("READ(16): %x, want %x", cdb, want)
+	}
+}

@@ -142,13 +142,25 @@ func (s *Session) ReadCapacity16(ctx context.Context, lun uint64) (Capacity, err
 
 func rw16(op byte, lba uint64, blocks uint32, fua bool) []byte {
 	cdb := make([]byte, 16)
+	PutRW16(cdb, op == opWrite16, lba, blocks, fua)
 	cdb[0] = op
+	return cdb
+}
+
+// PutRW16 writes a READ(16) or WRITE(16) CDB (SBC-3 §5.14, §5.40; 16 bytes)
+// into cdb: lba and blocks (logical blocks), FUA bit when fua. It lets a
+// caller reuse one CDB buffer per command without allocating.
+func PutRW16(cdb []byte, write bool, lba uint64, blocks uint32, fua bool) {
+	clear(cdb[:16])
+	cdb[0] = opRead16
+	if write {
+		cdb[0] = opWrite16
+	}
 	if fua {
 		cdb[1] = 0x08
 	}
 	binary.BigEndian.PutUint64(cdb[2:], lba)
 	binary.BigEndian.PutUint32(cdb[10:], blocks)
-	return cdb
 }
 
 // Read16 reads len(buf)/blockSize logical blocks at lba into buf with

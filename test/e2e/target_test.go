@@ -193,11 +193,7 @@ func TestDataIntegrity(t *testing.T) {
 
 func rw16(op byte, lba uint64, blocks uint32) []byte {
 	c := make([]byte, 16)
-	c[0] = op
-	for i := 0; i < 8; i++ {
-		c[2+i] = byte(lba >> (56 - 8*i))
-	}
-	c[10], c[11], c[12], c[13] = byte(blocks>>24), byte(blocks>>16), byte(blocks>>8), byte(blocks)
+	initiator.PutRW16(c, op == 0x8a, lba, blocks, false)
 	return c
 }
 
