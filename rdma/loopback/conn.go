@@ -167,7 +167,8 @@ func (c *Conn) Drop() {
 }
 
 // PostSend validates and posts wrs in order, executing each as far as RC
-// ordering allows before returning. It stops at the first request that
+// ordering allows before returning (with WithAsyncExecution, soon after, on
+// the connection's goroutine). It stops at the first request that
 // cannot be posted, leaving it and the rest unposted, with: rdma.ErrInvalidWR
 // (unknown opcode, more SGEs than MaxSGE, an SGE outside its region or of
 // another device, an RDMA READ sink without AccessLocalWrite; wrapping
@@ -244,7 +245,7 @@ func (c *Conn) validateSGE(s rdma.SGE, need rdma.Access) error {
 // PostRecv posts receive buffers in order. Errors as PostSend: rdma.ErrInvalidWR
 // (bad SGE, region without AccessLocalWrite), rdma.ErrQueueFull (RecvDepth
 // slots held), rdma.ErrClosed. A SEND of the peer waiting for a receive
-// executes before PostRecv returns.
+// executes before PostRecv returns (unless WithAsyncExecution).
 func (c *Conn) PostRecv(wrs ...rdma.RecvWR) error {
 	c.p.mu.Lock()
 	defer c.p.mu.Unlock()

@@ -101,7 +101,7 @@ func (c *Conn) InjectFault(f Fault) error {
 }
 
 // InjectFault arms f on every connection of the device (existing and
-// future): the first matching send work requests on any of them, in execution
+// future): the first matching work requests on any of them, in execution
 // order, are hit. Errors as Conn.InjectFault.
 func (d *Device) InjectFault(f Fault) error {
 	s, err := newFaultState(f)

@@ -52,6 +52,7 @@ type Addr string
 // Network returns "loopback".
 func (Addr) Network() string { return "loopback" }
 
+// String returns the address itself.
 func (a Addr) String() string { return string(a) }
 
 // Network is a namespace of addresses. Devices from one Network can connect to
