@@ -367,3 +367,36 @@ func TestConformanceRSOCOneCommand(t *testing.T) {
 		}
 	}
 }
+
+// SPC-4 §6.33: REPORT LUNS neither reports a unit attention nor leaves
+// REPORTED LUNS DATA HAS CHANGED pending for its nexus, on any logical
+// unit; other nexuses keep theirs, and other conditions stay.
+func TestConformanceReportLUNsClearsLUNsChanged(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	lu1, _ := NewLogicalUnit(LUConfig{Backstore: backstore.NewRAM(1 << 20)})
+	if err := f.tg.AddLUN(1, lu1); err != nil {
+		t.Fatal(err)
+	}
+	f.run(f.s, 1, cdbTUR(), nil, 0) // POWER ON on LUN 1, consumed
+	s2 := f.tg.NewSession(nexusB)
+	defer s2.Close()
+	f.run(s2, 0, cdbTUR(), nil, 0)
+	lu2, _ := NewLogicalUnit(LUConfig{Backstore: backstore.NewRAM(1 << 20)})
+	if err := f.tg.AddLUN(2, lu2); err != nil {
+		t.Fatal(err)
+	}
+	f.lu.uaAllExisting(ReasonUAModeChanged, "")
+	r := f.run(f.s, 0, []byte{0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, nil, 256)
+	if r.Status != StatusGood || r.DataInLen != 32 {
+		t.Fatalf("REPORT LUNS: %+v", r)
+	}
+	// LUN 0: the MODE PARAMETERS CHANGED condition remains, the LUN
+	// inventory one is gone; LUN 1: nothing pending.
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x01)
+	f.good(cdbTUR(), nil)
+	if r := f.run(f.s, 1, cdbTUR(), nil, 0); r.Status != StatusGood {
+		t.Fatalf("LUN 1: %+v % x", r, r.Sense)
+	}
+	// The other nexus still has its own.
+	wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x3F, 0x0E)
+}

@@ -391,6 +391,22 @@ func (lu *LogicalUnit) takeUA(key string) Reason {
 	return r
 }
 
+// clearUA drops a pending r for the nexus key, if any.
+func (lu *LogicalUnit) clearUA(key string, r Reason) {
+	lu.mu.Lock()
+	defer lu.mu.Unlock()
+	q, ok := lu.uas[key]
+	if !ok {
+		return
+	}
+	for i, x := range q {
+		if x == r {
+			lu.setUALocked(key, append(q[:i:i], q[i+1:]...))
+			return
+		}
+	}
+}
+
 // establishUALocked queues r for the nexus key (SAM-5 §5.14). A reset class
 // condition (29h) supersedes every other pending one.
 func (lu *LogicalUnit) establishUALocked(key string, r Reason) {

@@ -212,7 +212,10 @@ func (lu *LogicalUnit) provisioning() []byte {
 
 // execReportLUNs: SPC-4 §6.33. SELECT REPORT 00h and 02h list every
 // logical unit; 01h (well known logical units) lists none. With no logical
-// unit at all, LUN 0 is listed, as LIO's virtual LUN 0.
+// unit at all, LUN 0 is listed, as LIO's virtual LUN 0. Having reported the
+// inventory, the command clears the nexus's REPORTED LUNS DATA HAS CHANGED
+// unit attentions on every logical unit (SPC-4 §6.33), so an initiator that
+// rescans on that condition is not sent it again by each LU.
 func execReportLUNs(c *cmdCtx) failure {
 	sel := c.cdb[2]
 	alloc := int(be32(c.cdb[6:]))
@@ -233,6 +236,9 @@ func execReportLUNs(c *cmdCtx) failure {
 	binary.BigEndian.PutUint32(b, uint32(8*len(luns)))
 	for i, l := range luns {
 		binary.BigEndian.PutUint64(b[8+8*i:], EncodeLUN(l))
+	}
+	for _, lu := range *c.s.t.luns.Load() {
+		lu.clearUA(c.s.key, ReasonUALUNsChanged)
 	}
 	return c.putDataIn(b, alloc)
 }
