@@ -400,3 +400,91 @@ func TestConformanceReportLUNsClearsLUNsChanged(t *testing.T) {
 	// The other nexus still has its own.
 	wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x3F, 0x0E)
 }
+
+// PERSISTENT RESERVE OUT error cases, SPC-4 §5.13 and §6.16.
+func TestConformancePROutErrors(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	s2 := f.tg.NewSession(nexusB)
+	defer s2.Close()
+	f.run(s2, 0, cdbTUR(), nil, 0)
+	conflict := func(r Result) {
+		t.Helper()
+		if r.Status != StatusReservationConflict {
+			t.Fatalf("status %#x sense % x, want RESERVATION CONFLICT", r.Status, r.Sense)
+		}
+	}
+	// REGISTER from an unregistered nexus with a non-zero RESERVATION
+	// KEY: RESERVATION CONFLICT (§5.13.7.2).
+	cdb, p := prOut(0x00, 0, 0x99, 0xA1)
+	conflict(f.run(f.s, 0, cdb, p, 0))
+	cdb, p = prOut(0x00, 0, 0, 0xA1)
+	f.good(cdb, p)
+	// Registered, wrong key: RESERVATION CONFLICT.
+	cdb, p = prOut(0x00, 0, 0x98, 0xA2)
+	conflict(f.run(f.s, 0, cdb, p, 0))
+	// RESERVE with a key that is not the nexus's.
+	cdb, p = prOut(0x01, 0x01, 0x98, 0)
+	conflict(f.run(f.s, 0, cdb, p, 0))
+	// Scope other than LU_SCOPE: INVALID FIELD IN CDB.
+	cdb, p = prOut(0x01, 0x11, 0xA1, 0)
+	wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x24, 0x00)
+	// Type 0 / 2 / 4 (obsolete or reserved): INVALID FIELD IN CDB.
+	for _, typ := range []byte{0x0, 0x2, 0x4, 0x9, 0xF} {
+		cdb, p = prOut(0x01, typ, 0xA1, 0)
+		wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x24, 0x00)
+	}
+	cdb, p = prOut(0x01, 0x03, 0xA1, 0)
+	f.good(cdb, p)
+	// The holder reserving again with another type: RESERVATION CONFLICT
+	// (§5.13.9); with the same type: GOOD.
+	cdb, p = prOut(0x01, 0x01, 0xA1, 0)
+	conflict(f.run(f.s, 0, cdb, p, 0))
+	cdb, p = prOut(0x01, 0x03, 0xA1, 0)
+	f.good(cdb, p)
+	// RELEASE with the wrong type: INVALID RELEASE OF PERSISTENT
+	// RESERVATION (§5.13.11.2).
+	cdb, p = prOut(0x02, 0x01, 0xA1, 0)
+	wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x26, 0x04)
+	// PARAMETER LIST LENGTH other than 24 without SPEC_I_PT: PARAMETER
+	// LIST LENGTH ERROR (§6.16.3).
+	cdb, p = prOut(0x00, 0, 0xA1, 0xA1)
+	for _, n := range []byte{0, 8, 23, 25, 32} {
+		c := append([]byte(nil), cdb...)
+		c[8] = n
+		wantSense(t, f.run(f.s, 0, c, make([]byte, n), 0), SenseIllegalRequest, 0x1A, 0x00)
+	}
+	// Another nexus, registered, PREEMPT with SERVICE ACTION RESERVATION
+	// KEY 0 while a non all-registrants reservation exists: INVALID FIELD
+	// IN PARAMETER LIST (§5.13.11.2.4... §6.16.2).
+	cdb, p = prOut(0x00, 0, 0, 0xB2)
+	if r := f.run(s2, 0, cdb, p, 0); r.Status != StatusGood {
+		t.Fatalf("%+v", r)
+	}
+	cdb, p = prOut(0x04, 0x03, 0xB2, 0)
+	wantSense(t, f.run(s2, 0, cdb, p, 0), SenseIllegalRequest, 0x26, 0x00)
+	// PREEMPT naming a key nobody holds: RESERVATION CONFLICT.
+	cdb, p = prOut(0x04, 0x03, 0xB2, 0x77)
+	conflict(f.run(s2, 0, cdb, p, 0))
+	// READ FULL STATUS: two descriptors, the holder's with R_HOLDER and
+	// the type.
+	b := f.in([]byte{0x5E, 0x03, 0, 0, 0, 0, 0, 0x10, 0, 0}, 4096)
+	if int(be32(b[4:])) != len(b)-8 {
+		t.Fatalf("ADDITIONAL LENGTH %d, %d bytes", be32(b[4:]), len(b))
+	}
+	holders := 0
+	for q := 8; q < len(b); {
+		if q+24 > len(b) {
+			t.Fatalf("truncated descriptor at %d", q)
+		}
+		if b[q+12]&0x01 != 0 {
+			holders++
+			if be64(b[q:]) != 0xA1 || b[q+13] != 0x03 {
+				t.Fatalf("holder descriptor % x", b[q:q+24])
+			}
+		}
+		q += 24 + int(be32(b[q+20:]))
+	}
+	if holders != 1 {
+		t.Fatalf("%d holders", holders)
+	}
+}
