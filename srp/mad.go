@@ -101,7 +101,7 @@ func (m *DMMAD) Marshal() []byte { return m.AppendTo(nil) }
 func (m *DMMAD) Unmarshal(b []byte) error {
 	const iu = "ib_dm_mad"
 	if len(b) < MADSize {
-		return errShort(iu, "MAD", 0, MADSize, len(b))
+		return errFixedShort(iu, dmMADMembers, MADSize, len(b))
 	}
 	if b[1] != MgmtClassDM {
 		return errInvalid(iu, "mgmt_class", 1, "%#02x is not Device Management (0x06)", b[1])
@@ -195,7 +195,7 @@ func (c *ClassPortInfo) AppendTo(b []byte) []byte {
 // Unmarshal decodes the attribute from the first 72 bytes of b.
 func (c *ClassPortInfo) Unmarshal(b []byte) error {
 	if len(b) < ClassPortInfoSize {
-		return errShort("ClassPortInfo", "ClassPortInfo", 0, ClassPortInfoSize, len(b))
+		return errFixedShort("ClassPortInfo", classPortInfoMembers, ClassPortInfoSize, len(b))
 	}
 	w := be.Uint32(b[4:])
 	*c = ClassPortInfo{
@@ -282,7 +282,7 @@ func (u *IOUnitInfo) AppendTo(b []byte) []byte {
 // Unmarshal decodes the attribute from the first 132 bytes of b.
 func (u *IOUnitInfo) Unmarshal(b []byte) error {
 	if len(b) < IOUnitInfoSize {
-		return errShort("IOUnitInfo", "controller_list", 4, IOUnitInfoSize, len(b))
+		return errFixedShort("IOUnitInfo", iouInfoMembers, IOUnitInfoSize, len(b))
 	}
 	u.ChangeID, u.MaxControllers, u.OptionROM = be.Uint16(b), b[2], b[3]
 	copy(u.ControllerList[:], b[4:IOUnitInfoSize])
@@ -373,7 +373,7 @@ func (c *IOControllerProfile) AppendTo(b []byte) []byte {
 // stops at the first NUL.
 func (c *IOControllerProfile) Unmarshal(b []byte) error {
 	if len(b) < IOControllerProfileSize {
-		return errShort("IOControllerProfile", "id_string", 64, IOControllerProfileSize, len(b))
+		return errFixedShort("IOControllerProfile", iocProfileMembers, IOControllerProfileSize, len(b))
 	}
 	*c = IOControllerProfile{
 		GUID: be.Uint64(b[0:]), VendorID: be.Uint32(b[8:]), DeviceID: be.Uint32(b[12:]),
@@ -432,7 +432,7 @@ func (s *ServiceEntries) AppendTo(b []byte) []byte {
 // Unmarshal decodes the four entries from the first 192 bytes of b.
 func (s *ServiceEntries) Unmarshal(b []byte) error {
 	if len(b) < ServiceEntriesSize {
-		return errShort("ServiceEntries", "service_entries", 0, ServiceEntriesSize, len(b))
+		return errFixedShort("ServiceEntries", svcEntriesMembers, ServiceEntriesSize, len(b))
 	}
 	for i := range s {
 		q := b[48*i:]
@@ -464,3 +464,30 @@ func cString(b []byte) string {
 	}
 	return string(b)
 }
+
+// Members of the MAD structures (ib_mad.h struct ib_mad_hdr, ib_dm_mad.h,
+// struct ib_class_port_info), for naming the member a short buffer cuts.
+var (
+	dmMADMembers = []member{{"base_version", 0}, {"mgmt_class", 1}, {"class_version", 2}, {"method", 3},
+		{"status", 4}, {"class_specific", 6}, {"tid", 8}, {"attr_id", 16}, {"resv", 18}, {"attr_mod", 20},
+		{"rmpp_hdr", 24}, {"dm_hdr", 36}, {"data", DMDataOffset}}
+	classPortInfoMembers = []member{{"base_version", 0}, {"class_version", 1}, {"capability_mask", 2},
+		{"cap_mask2_resp_time", 4}, {"redirect_gid", 8}, {"redirect_tcslfl", 24}, {"redirect_lid", 28},
+		{"redirect_pkey", 30}, {"redirect_qp", 32}, {"redirect_qkey", 36}, {"trap_gid", 40}, {"trap_tcslfl", 56},
+		{"trap_lid", 60}, {"trap_pkey", 62}, {"trap_hlqp", 64}, {"trap_qkey", 68}}
+	iouInfoMembers    = []member{{"change_id", 0}, {"max_controllers", 2}, {"op_rom", 3}, {"controller_list", 4}}
+	iocProfileMembers = []member{{"guid", 0}, {"vendor_id", 8}, {"device_id", 12}, {"device_version", 16},
+		{"reserved1", 18}, {"subsys_vendor_id", 20}, {"subsys_device_id", 24}, {"io_class", 28},
+		{"io_subclass", 30}, {"protocol", 32}, {"protocol_version", 34}, {"service_conn", 36},
+		{"initiators_supported", 38}, {"send_queue_depth", 40}, {"reserved2", 42}, {"rdma_read_depth", 43},
+		{"send_size", 44}, {"rdma_size", 48}, {"op_cap_mask", 52}, {"svc_cap_mask", 53},
+		{"num_svc_entries", 54}, {"reserved3", 55}, {"id_string", 64}}
+	svcEntriesMembers = func() []member {
+		var ms []member
+		for i := range 4 {
+			ms = append(ms, member{fmt.Sprintf("service_entries[%d].name", i), 48 * i},
+				member{fmt.Sprintf("service_entries[%d].id", i), 48*i + 40})
+		}
+		return ms
+	}()
+)

@@ -122,6 +122,39 @@ func TestMADStrict(t *testing.T) {
 	}
 }
 
+// Short MADs and attributes name the first member (ib_mad.h, ib_dm_mad.h)
+// the buffer cuts.
+func TestMADTruncationNamesMember(t *testing.T) {
+	cases := []struct {
+		f     func([]byte) error
+		n     int
+		field string
+	}{
+		{new(DMMAD).Unmarshal, 0, "base_version"},
+		{new(DMMAD).Unmarshal, 9, "tid"},
+		{new(DMMAD).Unmarshal, 17, "attr_id"},
+		{new(DMMAD).Unmarshal, 22, "attr_mod"},
+		{new(DMMAD).Unmarshal, 100, "data"},
+		{new(ClassPortInfo).Unmarshal, 5, "cap_mask2_resp_time"},
+		{new(ClassPortInfo).Unmarshal, 71, "trap_qkey"},
+		{new(IOUnitInfo).Unmarshal, 2, "max_controllers"},
+		{new(IOUnitInfo).Unmarshal, 131, "controller_list"},
+		{new(IOControllerProfile).Unmarshal, 19, "subsys_vendor_id"},
+		{new(IOControllerProfile).Unmarshal, 45, "send_size"},
+		{new(IOControllerProfile).Unmarshal, 100, "id_string"},
+		{new(ServiceEntries).Unmarshal, 30, "service_entries[0].name"},
+		{new(ServiceEntries).Unmarshal, 90, "service_entries[1].id"},
+		{new(ServiceEntries).Unmarshal, 191, "service_entries[3].id"},
+	}
+	for _, tc := range cases {
+		err := tc.f(make([]byte, tc.n))
+		var de *DecodeError
+		if !errors.As(err, &de) || de.Field != tc.field || !errors.Is(err, ErrTruncated) {
+			t.Errorf("%d bytes: %v, want field %s", tc.n, err, tc.field)
+		}
+	}
+}
+
 func TestMADRoundTripRandom(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for range 200 {
