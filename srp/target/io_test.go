@@ -402,11 +402,12 @@ func waitFor(t *testing.T, e *env, cond func() bool) {
 }
 
 // TestAbortDuringRDMARead: ABORT TASK of a write whose data RDMA READ is
-// still in flight waits for the READ, answers FUNCTION COMPLETE with the
+// still in flight (held back 3 s by the loopback provider, ample time for
+// the TMF to arrive even on a loaded machine) waits for the READ, answers FUNCTION COMPLETE with the
 // aborted command's credit, and never sends the command's SRP_RSP.
 func TestAbortDuringRDMARead(t *testing.T) {
 	e := newEnv(t, nil)
-	if err := e.tdev.InjectFault(loopback.Fault{Op: rdma.OpRDMARead, Delay: 500 * time.Millisecond}); err != nil {
+	if err := e.tdev.InjectFault(loopback.Fault{Op: rdma.OpRDMARead, Delay: 3 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	i := e.login(defaultLogin())
