@@ -14,12 +14,21 @@ log "=== sg3_utils"
 out=$(timeout 30 sg_inq "$disk"); check "sg_inq" test $? = 0
 echo "$out"
 grep -q 'Peripheral device type: disk' <<<"$out" || fail "sg_inq: not a disk"
-timeout 30 sg_vpd -p 0x00 "$disk"
+# 0xb2 (Logical Block Provisioning) is mandatory only when READ CAPACITY(16)
+# reports LBPME=1 (SBC-3 6.6.4); the others are SPC-4/SBC-3 mandatory or
+# listed by ib_srp-era Linux targets.
+lbpme=$(timeout 30 sg_readcap -l "$disk" | sed -n 's/.*lbpme=\([01]\).*/\1/p')
+supported=$(timeout 30 sg_vpd -p 0x00 "$disk")
+echo "$supported"
 for p in 0x80 0x83 0xb0 0xb2; do
+	if [ $p = 0xb2 ] && [ "$lbpme" = 0 ] && ! grep -qi '0xb2' <<<"$supported"; then
+		log "VPD 0xb2 not supported and LBPME=0: allowed"
+		continue
+	fi
 	out=$(timeout 30 sg_vpd -p $p "$disk" 2>&1); rc=$?
 	echo "$out"
 	check "sg_vpd -p $p" test $rc = 0
-	[ $rc = 0 ] || timeout 30 sg_inq -p $p -H "$disk"   # raw page, unchecked
+	[ $rc = 0 ] || timeout 30 sg_inq -p $p -H "$disk"   # the raw page, unchecked
 done
 timeout 30 sg_vpd -p 0x83 "$disk" | grep -qE 'designator type: NAA|designator type: T10 vendor' ||
 	fail "VPD 0x83 has neither an NAA nor a T10 vendor ID designator"
