@@ -608,3 +608,42 @@ func TestPutRW16(t *testing.T) {
 		t.Errorf("READ(16): %x, want %x", cdb, want)
 	}
 }
+
+// BenchmarkRead1M measures 1 MiB READ(16)s through the initiator and the
+// fake target over rdma/loopback at queue depths 1, 8 and 32.
+func BenchmarkRead1M(b *testing.B) {
+	for _, qd := range []int{1, 8, 32} {
+		b.Run(fmt.Sprintf("qd%d", qd), func(b *testing.B) {
+			net := loopback.NewNetwork()
+			ft := newFakeTarget(b, net)
+			dev := net.NewDevice("initiator")
+			defer dev.Close()
+			s, err := Dial(context.Background(), dev, Options{Dest: ft.addr(), MaxSect: 2048, QueueSize: 40})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			b.SetBytes(1 << 20)
+			var wg sync.WaitGroup
+			work := make(chan struct{})
+			for w := 0; w < qd; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					buf := make([]byte, 1<<20)
+					cmd := Command{CDB: rw16(opRead16, 0, 2048, false), DataIn: [][]byte{buf}}
+					for range work {
+						if _, err := s.Execute(context.Background(), &cmd); err != nil {
+							b.Error(err)
+						}
+					}
+				}()
+			}
+			for i := 0; i < b.N; i++ {
+				work <- struct{}{}
+			}
+			close(work)
+			wg.Wait()
+		})
+	}
+}

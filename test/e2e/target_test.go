@@ -68,7 +68,7 @@ func logger() *slog.Logger {
 
 // startTarget serves a target with LUN 0 (RAM, 64 MiB, 512-byte blocks) and
 // LUN 1 (RAM, 16 MiB, 4096-byte blocks) on tdev at addr.
-func startTarget(t *testing.T, tdev, idev rdma.Device, addr string) *env {
+func startTarget(t testing.TB, tdev, idev rdma.Device, addr string) *env {
 	t.Helper()
 	st := scsi.NewTarget(scsi.TargetConfig{Logger: logger()})
 	for i, c := range []struct {
