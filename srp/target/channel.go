@@ -314,13 +314,10 @@ func (c *channel) loginResponse(tag uint64, flags srp.LoginRspFlags) []byte {
 
 func (c *channel) closing() bool { return chanState(c.stateMirr.Load()) >= stateDisconnecting }
 
-// requestClose asks the loop to close the channel. Safe from any goroutine;
-// only the first request counts.
-func (c *channel) requestClose(kind closeKind, why string) {
-	reason := srp.TLogoutNoReason
-	if why == "replaced by SINGLE login of the same I_T nexus" {
-		reason = srp.TLogoutMultiChannelAction
-	}
+// requestClose asks the loop to close the channel, with an SRP_T_LOGOUT
+// giving reason when kind is closeTLogout. Safe from any goroutine; only the
+// first request counts.
+func (c *channel) requestClose(kind closeKind, reason srp.TLogoutReason, why string) {
 	select {
 	case c.closeReq <- closeRequest{kind: kind, reason: reason, why: why}:
 	default:

@@ -104,7 +104,7 @@ func (p *Port) SetEnabled(on bool) {
 	}
 	p.mu.Unlock()
 	for _, c := range chs {
-		c.requestClose(closeTLogout, "port disabled")
+		c.requestClose(closeTLogout, srp.TLogoutNoReason, "port disabled")
 	}
 }
 
@@ -213,7 +213,7 @@ func (p *Port) RemoveSession(name string) bool {
 	}
 	p.mu.Unlock()
 	for _, c := range chs {
-		c.requestClose(closeTLogout, "removed by admin")
+		c.requestClose(closeTLogout, srp.TLogoutNoReason, "removed by admin")
 	}
 	return len(chs) > 0
 }
@@ -417,7 +417,7 @@ func (p *Port) abandon(pl *pendingLogin) {
 // closeTerminated closes the channels a SINGLE login replaced.
 func (p *Port) closeTerminated(pl *pendingLogin) {
 	for _, c := range pl.terminate {
-		c.requestClose(closeTLogout, "replaced by SINGLE login of the same I_T nexus")
+		c.requestClose(closeTLogout, srp.TLogoutMultiChannelAction, "replaced by SINGLE login of the same I_T nexus")
 	}
 }
 
