@@ -70,7 +70,12 @@ type opEntry struct {
 	// evaluates. Byte 0 is the opcode. A CDB bit set outside the mask is an
 	// INVALID FIELD IN CDB pointing at that bit.
 	usage []byte
-	exec  func(*cmdCtx) failure
+	// protect: byte 1 bits 7:5 are the 3-bit RDPROTECT / WRPROTECT /
+	// VRPROTECT field (SBC-3), unsupported here; a bit set in it is
+	// reported with the bit pointer at bit 7, the field's leftmost bit
+	// (SPC-4 §4.5.2.4.2).
+	protect bool
+	exec    func(*cmdCtx) failure
 	// nominal and recommended command timeouts, seconds (the RCTD command
 	// timeouts descriptor, SPC-4 §6.35.4).
 	nominal, recommended uint32
@@ -117,7 +122,11 @@ func (e *opEntry) validate(cdb []byte) failure {
 	}
 	for i := 1; i < len(e.usage); i++ {
 		if extra := cdb[i] &^ e.usage[i]; extra != 0 {
-			return badCDB(i, bits.Len8(extra)-1)
+			bit := bits.Len8(extra) - 1
+			if i == 1 && bit >= 5 && e.protect {
+				bit = 7
+			}
+			return badCDB(i, bit)
 		}
 	}
 	return ok
@@ -219,6 +228,12 @@ func buildOpTable() *opTable {
 		e := &rows[i]
 		if e.nominal == 0 {
 			e.nominal, e.recommended = 1, 30
+		}
+		switch e.op {
+		case opRead10, opRead12, opRead16, opWrite10, opWrite12, opWrite16,
+			opWriteAndVerify10, opWriteAndVerify12, opWriteAndVerify16,
+			opVerify10, opVerify12, opVerify16, opWriteSame10, opWriteSame16, opCompareAndWrite:
+			e.protect = true
 		}
 		if e.hasSA {
 			// SPC-4 §6.35.3: the CDB USAGE DATA holds the service action

@@ -153,8 +153,13 @@ func TestUnknownOpcodeAndServiceAction(t *testing.T) {
 	c := cdb16(0x88, 0, 0, 1)
 	c[15] = 0x04
 	wantField(t, f.run(f.s, 0, c, nil, 512), 0x24, true, 15, 2)
-	// RDPROTECT is not supported: byte 1 bit 7.
-	wantField(t, f.run(f.s, 0, cdb16(0x88, 0x20, 0, 1), nil, 512), 0x24, true, 1, 5)
+	// RDPROTECT is not supported: byte 1, bit pointer at the field's
+	// leftmost bit, 7 (SPC-4 §4.5.2.4.2), whichever of its bits is set.
+	for _, v := range []byte{0x20, 0x40, 0x60, 0xE0} {
+		wantField(t, f.run(f.s, 0, cdb16(0x88, v, 0, 1), nil, 512), 0x24, true, 1, 7)
+	}
+	// READ(6) byte 1 bits 7:5 are reserved single bits.
+	wantField(t, f.run(f.s, 0, []byte{0x08, 0x20, 0, 0, 1, 0}, nil, 512), 0x24, true, 1, 5)
 }
 
 func TestReportLUNs(t *testing.T) {
