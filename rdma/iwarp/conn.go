@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -53,6 +54,7 @@ type inboundRead struct {
 	sinkSTag uint32
 	sinkTO   uint64
 	data     []byte // the source bytes, checked at request time
+	counted  bool   // counts against the IRD (all but the RTR Read)
 }
 
 // conn is an established iWARP connection (QP, its CQ and the TCP stream).
@@ -104,6 +106,12 @@ type conn struct {
 	irqHead              int
 	irqLen               int
 	irqTx                int // entries of irq taken by the writer
+	// irqCounted is the Read Requests counted against irdLimit: those not
+	// yet taken by the writer. A response leaves the count when the writer
+	// takes it, before the peer can have it, so a peer keeping to its ORD
+	// never finds us over IRD; the ring holds the responses being written
+	// besides (2*IRD+1 entries: one more for the RTR Read).
+	irqCounted int
 	cq                   []cqEntry
 	err                  error
 	term                 *termInfo // Terminate the writer sends before closing
@@ -148,7 +156,7 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 		maxFences: 1,
 		rq:        make([]rdma.RecvWR, q.RecvDepth),
 		// One more than IRD: the RTR Read in peer-to-peer mode.
-		irq:    make([]inboundRead, o.IRDLimit+1),
+		irq:    make([]inboundRead, 2*o.IRDLimit+1),
 		txWake: make(chan struct{}, 1),
 		cqWake: make(chan struct{}, 1),
 		done:   make(chan struct{}),
@@ -231,6 +239,23 @@ func (c *conn) fail(err error, term *termInfo) {
 	}
 }
 
+// terminateLinger is how long a connection that sent a Terminate keeps
+// reading (and discarding) for the peer's FIN before closing: closing with
+// unread data would send a RST that may overtake the Terminate.
+const terminateLinger = 500 * time.Millisecond
+
+// lingerClose half-closes TCP after a Terminate, drains the input until the
+// peer closes or terminateLinger passes, then closes. Only the writer calls
+// it, after the reader has stopped.
+func (c *conn) lingerClose() {
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+		tc.SetReadDeadline(time.Now().Add(terminateLinger))
+		io.Copy(io.Discard, tc)
+	}
+	c.nc.Close()
+}
+
 func (c *conn) closeTCP() {
 	if tc, ok := c.nc.(*net.TCPConn); ok {
 		tc.CloseWrite()
@@ -277,7 +302,7 @@ func (c *conn) flushLocked() {
 		c.cq = append(c.cq, cqEntry{c: rdma.Completion{ID: wr.ID, Op: rdma.OpRecv, Status: rdma.StatusFlushed, Err: c.err}})
 	}
 	// The irq entries are left alone: the writer may be sending from them.
-	c.irqLen, c.irqTx = 0, 0
+	c.irqLen, c.irqTx, c.irqCounted = 0, 0, 0
 }
 
 // confirmLocked completes the SEND and RDMA WRITE work below seq bound: a

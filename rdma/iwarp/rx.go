@@ -420,13 +420,14 @@ func (c *conn) rxReadRequest(h *ddpHeader, hl, n, pad int) error {
 		return err
 	}
 	c.mu.Lock()
-	if c.irqLen >= c.irdLimit {
+	if c.irqCounted >= c.irdLimit {
 		c.mu.Unlock()
 		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPCatastrophicStream, hl, "more than IRD %d Read Requests outstanding", c.irdLimit), -1)
 	}
 	if c.err == nil {
-		c.irq[(c.irqHead+c.irqLen)%len(c.irq)] = inboundRead{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, data: data}
+		c.irq[(c.irqHead+c.irqLen)%len(c.irq)] = inboundRead{sinkSTag: rr.SinkSTag, sinkTO: rr.SinkTO, data: data, counted: true}
 		c.irqLen++
+		c.irqCounted++
 	}
 	c.mu.Unlock()
 	rx.msn[qnReadReq]++

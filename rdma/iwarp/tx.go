@@ -239,14 +239,18 @@ func (c *conn) writer() {
 					t.reset()
 					t.emitTerminate(term)
 					t.flush()
-					c.closeTCP()
+					c.lingerClose()
 				}
 				return
 			}
 			t.takeIRQ = t.takeIRQ[:0]
 			for c.irqTx < c.irqLen {
-				t.takeIRQ = append(t.takeIRQ, (c.irqHead+c.irqTx)%len(c.irq))
+				i := (c.irqHead + c.irqTx) % len(c.irq)
+				t.takeIRQ = append(t.takeIRQ, i)
 				c.irqTx++
+				if c.irq[i].counted {
+					c.irqCounted--
+				}
 			}
 			t.takeSQ = t.takeSQ[:0]
 		take:
