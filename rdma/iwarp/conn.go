@@ -112,9 +112,9 @@ type conn struct {
 	// never finds us over IRD; the ring holds the responses being written
 	// besides (2*IRD+1 entries: one more for the RTR Read).
 	irqCounted int
-	cq                   []cqEntry
-	err                  error
-	term                 *termInfo // Terminate the writer sends before closing
+	cq         []cqEntry
+	err        error
+	term       *termInfo // Terminate the writer sends before closing
 
 	txWake    chan struct{}
 	cqWake    chan struct{}
