@@ -283,6 +283,33 @@ static int gs_query_rd(struct ibv_qp *qp, int *ord, int *ird) {
 	return 0;
 }
 static struct ibv_qp *gs_id_qp(struct rdma_cm_id *id) { return id->qp; }
+
+// gs_device_for resolves host:port on a private event channel and copies
+// the name of the device RDMA/CM bound the id to.
+static int gs_device_for(const char *host, const char *port, int timeout_ms, char *name, int len) {
+	struct rdma_event_channel *ch;
+	struct rdma_cm_id *id = NULL;
+	struct rdma_cm_event *ev;
+	int rc;
+	ch = rdma_create_event_channel();
+	if (!ch) return errno ? errno : ENOMEM;
+	if (rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) != 0) { rc = errno; rdma_destroy_event_channel(ch); return rc; }
+	rc = gs_resolve_addr(id, host, port, timeout_ms);
+	if (rc == 0) {
+		if (rdma_get_cm_event(ch, &ev) != 0) rc = errno;
+		else {
+			if (ev->event != RDMA_CM_EVENT_ADDR_RESOLVED || !id->verbs) rc = ev->status ? -ev->status : EHOSTUNREACH;
+			rdma_ack_cm_event(ev);
+		}
+	}
+	if (rc == 0) {
+		strncpy(name, ibv_get_device_name(id->verbs->device), len - 1);
+		name[len - 1] = 0;
+	}
+	rdma_destroy_id(id);
+	rdma_destroy_event_channel(ch);
+	return rc;
+}
 */
 import "C"
 
@@ -326,6 +353,24 @@ func Devices() ([]DeviceInfo, error) {
 		out = append(out, info)
 	}
 	return out, nil
+}
+
+// DeviceFor names the RDMA device through which RDMA/CM reaches addr
+// ("host:port"; rdma_resolve_addr with no source address), so that a Dial
+// to addr can use a Device opened on it. timeout bounds the resolution.
+func DeviceFor(addr string, timeout time.Duration) (string, error) {
+	host, port, err := splitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	defer C.free(unsafe.Pointer(host))
+	defer C.free(unsafe.Pointer(port))
+	ms := max(int(timeout/time.Millisecond), 1)
+	var name [64]C.char
+	if rc := C.gs_device_for(host, port, C.int(ms), &name[0], C.int(len(name))); rc != 0 {
+		return "", fmt.Errorf("verbs: no RDMA device reaches %s: %w", addr, syscall.Errno(rc))
+	}
+	return C.GoString(&name[0]), nil
 }
 
 type limits struct {

@@ -2,7 +2,11 @@
 
 package verbs
 
-import "github.com/gosrp/gosrp/rdma"
+import (
+	"time"
+
+	"github.com/gosrp/gosrp/rdma"
+)
 
 // Built reports whether this binary includes the verbs provider.
 const Built = false
@@ -19,3 +23,6 @@ type Device struct{ rdma.Device }
 
 // Info describes the device.
 func (d *Device) Info() DeviceInfo { return DeviceInfo{} }
+
+// DeviceFor fails with ErrNotBuilt: this build has no verbs support.
+func DeviceFor(string, time.Duration) (string, error) { return "", ErrNotBuilt }

@@ -201,3 +201,16 @@ func TestConformance(t *testing.T) {
 		return a, b, net.JoinHostPort(addr, "0")
 	})
 }
+
+// TestDeviceFor checks that RDMA/CM routes the test address through the
+// test device (the address is assigned to that device's netdev).
+func TestDeviceFor(t *testing.T) {
+	d, addr := testDevice(t)
+	name, err := DeviceFor(net.JoinHostPort(addr, "1"), 5*time.Second)
+	if err != nil || name != d.Name() {
+		t.Fatalf("DeviceFor(%s) = %q, %v; want %q", addr, name, err, d.Name())
+	}
+	if _, err := DeviceFor("192.0.2.1:notaport", time.Second); err == nil {
+		t.Fatal("DeviceFor accepted a bad port")
+	}
+}
