@@ -91,7 +91,12 @@ func openDevice(o initiator.Options, log *slog.Logger) (rdma.Device, error) {
 		if !verbs.Built {
 			return nil, errors.New("transport=verbs: this srpctl was built without RDMA verbs support; rebuild with `go build -tags verbs` (needs cgo, libibverbs-dev and librdmacm-dev)")
 		}
-		d, err := verbs.Open(verbs.Config{Logger: log})
+		// Open the device RDMA/CM routes dest through (rxe0, siw0, mlx5_0...).
+		name, err := verbs.DeviceFor(o.Dest, 5*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("transport=verbs: %w", err)
+		}
+		d, err := verbs.Open(verbs.Config{DeviceName: name, Logger: log})
 		if err != nil {
 			return nil, fmt.Errorf("transport=verbs: %w", err)
 		}
