@@ -43,6 +43,12 @@ type Command struct {
 	DataOut [][]byte
 	// DataIn receives data-in (read from the target).
 	DataIn [][]byte
+	// Buffer, when set, holds the command's data instead of DataOut/DataIn
+	// (which must then be empty): Length bytes at Offset, data-in or
+	// data-out as the Buffer was registered. Nothing is registered per
+	// command.
+	Buffer         *Buffer
+	Offset, Length int
 	// NoRetry forbids re-issuing the command on a new channel when its
 	// channel went down before the response arrived (set it for commands
 	// that are not idempotent, such as COMPARE AND WRITE).
@@ -245,6 +251,16 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 		return 0, 0, fmt.Errorf("srp initiator: CDB length %d not in 1..32", len(cmd.CDB))
 	}
 	outLen, inLen := totalLen(cmd.DataOut), totalLen(cmd.DataIn)
+	if b := cmd.Buffer; b != nil {
+		if outLen+inLen > 0 || cmd.Offset < 0 || cmd.Length < 0 || cmd.Offset+cmd.Length > len(b.Bytes()) {
+			return 0, 0, fmt.Errorf("srp initiator: Buffer range %d+%d outside its %d bytes, or DataIn/DataOut also set", cmd.Offset, cmd.Length, len(b.Bytes()))
+		}
+		if b.dataIn {
+			inLen = cmd.Length
+		} else {
+			outLen = cmd.Length
+		}
+	}
 	if outLen > 0 && inLen > 0 {
 		return 0, 0, errors.New("srp initiator: bidirectional commands are not supported")
 	}
@@ -274,10 +290,17 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 			binary.BigEndian.PutUint32(iu[48:], uint32(outLen))
 			clear(iu[52:ImmDataOffset])
 			off := ImmDataOffset
+			if b := cmd.Buffer; b != nil {
+				off += copy(iu[off:], b.Bytes()[cmd.Offset:cmd.Offset+cmd.Length])
+			}
 			for _, s := range cmd.DataOut {
 				off += copy(iu[off:], s)
 			}
 			return off, 0, nil
+		}
+		if cmd.Buffer != nil {
+			iu[5] = byte(srp.DescDirect) << 4
+			return putBufferDesc(iu, n, cmd), 0, nil
 		}
 		f, cnt, m, err := ch.mapData(r, n, cmd.DataOut, rdma.AccessRemoteRead)
 		if err != nil {
@@ -285,6 +308,9 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 		}
 		iu[5], iu[6] = f<<4, cnt
 		n = m
+	case inLen > 0 && cmd.Buffer != nil:
+		iu[5] = byte(srp.DescDirect)
+		n = putBufferDesc(iu, n, cmd)
 	case inLen > 0:
 		f, cnt, m, err := ch.mapData(r, n, cmd.DataIn, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
 		if err != nil {
@@ -294,6 +320,16 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 		n = m
 	}
 	return n, inLen, nil
+}
+
+// putBufferDesc writes the direct descriptor of a command's registered
+// Buffer range at iu[n:] and returns the new IU length.
+func putBufferDesc(iu []byte, n int, cmd *Command) int {
+	mr := cmd.Buffer.mr
+	binary.BigEndian.PutUint64(iu[n:], mr.Addr()+uint64(cmd.Offset))
+	binary.BigEndian.PutUint32(iu[n+8:], mr.RKey())
+	binary.BigEndian.PutUint32(iu[n+12:], uint32(cmd.Length))
+	return n + 16
 }
 
 // mapData registers the segments of sg and writes their descriptor at
@@ -401,3 +437,34 @@ func (ch *channel) tmf(ctx context.Context, fn uint8, lun, taskTag uint64) (uint
 	}
 	return code, nil
 }
+
+// Buffer is memory registered once and reused by many commands: the
+// registered-pool alternative to registering each command's memory (which is
+// cheap in software providers and costly on RDMA hardware). Its remote
+// rights are those of one direction only: remote write for data-in buffers,
+// remote read for data-out buffers. A Buffer belongs to the device, so it
+// stays valid across reconnects.
+type Buffer struct {
+	mr     rdma.MemoryRegion
+	dataIn bool
+}
+
+// NewBuffer allocates and registers size bytes for data-in (dataIn true) or
+// data-out commands.
+func (s *Session) NewBuffer(size int, dataIn bool) (*Buffer, error) {
+	acc := rdma.AccessRemoteRead
+	if dataIn {
+		acc = rdma.AccessLocalWrite | rdma.AccessRemoteWrite
+	}
+	mr, err := s.dev.Register(make([]byte, size), acc)
+	if err != nil {
+		return nil, fmt.Errorf("srp initiator: register buffer: %w", err)
+	}
+	return &Buffer{mr: mr, dataIn: dataIn}, nil
+}
+
+// Bytes is the registered memory.
+func (b *Buffer) Bytes() []byte { return b.mr.Bytes() }
+
+// Release deregisters the buffer; no command may be using it.
+func (b *Buffer) Release() error { return b.mr.Deregister() }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/rdma/loopback"
 	"github.com/gosrp/gosrp/srp"
 )
@@ -645,5 +646,51 @@ func BenchmarkRead1M(b *testing.B) {
 			close(work)
 			wg.Wait()
 		})
+	}
+}
+
+func TestRegisteredBuffers(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.MaxSect = 2048 })
+	ctx := testCtx(t)
+	out, err := s.NewBuffer(1<<20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Release()
+	in, err := s.NewBuffer(1<<20, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Release()
+	if out.mr.Access() != rdma.AccessRemoteRead || in.mr.Access() != rdma.AccessLocalWrite|rdma.AccessRemoteWrite {
+		t.Errorf("rights: data-out %v, data-in %v", out.mr.Access(), in.mr.Access())
+	}
+	rand.Read(out.Bytes())
+	// 64 KiB at offset 4096 of the data-out buffer → LBA 10; then 512 bytes
+	// (immediate data) → LBA 200.
+	if _, err := s.run(ctx, &Command{CDB: rw16(opWrite16, 10, 128, false), Buffer: out, Offset: 4096, Length: 65536}); err != nil {
+		t.Fatal(err)
+	}
+	ft.mu.Lock()
+	raw := ft.rawIUs[len(ft.rawIUs)-1]
+	ft.mu.Unlock()
+	if raw[5] != 0x10 || binary.BigEndian.Uint64(raw[48:]) != out.mr.Addr()+4096 || binary.BigEndian.Uint32(raw[56:]) != out.mr.RKey() || binary.BigEndian.Uint32(raw[60:]) != 65536 {
+		t.Errorf("direct descriptor %x", raw[48:64])
+	}
+	if _, err := s.run(ctx, &Command{CDB: rw16(opWrite16, 200, 1, false), Buffer: out, Offset: 0, Length: 512}); err != nil {
+		t.Fatal(err)
+	}
+	ft.mu.Lock()
+	raw = ft.rawIUs[len(ft.rawIUs)-1]
+	ft.mu.Unlock()
+	if raw[5] != 0x30 || !bytes.Equal(raw[68:], out.Bytes()[:512]) {
+		t.Errorf("immediate from a Buffer: buf_fmt %#x", raw[5])
+	}
+	res, err := s.run(ctx, &Command{CDB: rw16(opRead16, 10, 128, false), Buffer: in, Offset: 8192, Length: 65536})
+	if err != nil || res.DataInLen != 65536 || !bytes.Equal(in.Bytes()[8192:8192+65536], out.Bytes()[4096:4096+65536]) {
+		t.Errorf("read into a Buffer: %v, %d bytes", err, res.DataInLen)
+	}
+	if _, err := s.Execute(ctx, &Command{CDB: rw16(opRead16, 0, 1, false), Buffer: in, Offset: 1 << 20, Length: 512}); err == nil {
+		t.Error("a range outside the Buffer was accepted")
 	}
 }
