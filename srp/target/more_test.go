@@ -233,3 +233,34 @@ func TestSetAccess(t *testing.T) {
 		t.Fatal("login accepted after the ACL was removed")
 	}
 }
+
+// TestCredReq: a command the core aborts on its own (another nexus reset
+// its LUN) ends without an SRP_RSP; with nothing else outstanding to carry
+// its credit the target sends SRP_CRED_REQ (T10 SRP r16a §6.10).
+func TestCredReq(t *testing.T) {
+	e := newEnv(t, nil)
+	e.core.setHook(func(ctx context.Context, cmd *scsi.Command) (scsi.Result, bool) {
+		if cmd.Tag == 1 {
+			return scsi.Result{Aborted: true}, true
+		}
+		return scsi.Result{}, false
+	})
+	lr := defaultLogin()
+	lr.ReqFlags |= srp.LoginCRSOLNT
+	i := e.login(lr)
+	i.sendIU(&srp.Cmd{Tag: 1, CDB: make([]byte, 16)})
+	b := i.next()
+	want := make([]byte, 16)
+	want[0] = 0x81 // SRP_CRED_REQ
+	want[1] = 1    // solicited notification requested at login (CRSOLNT)
+	binary.BigEndian.PutUint32(want[4:], 1)
+	if !bytes.Equal(b[:4], want[:4]) || !bytes.Equal(b[4:8], want[4:8]) || len(b) != 16 {
+		t.Fatalf("CRED_REQ\n got % x\nwant % x (tag aside)", b, want)
+	}
+	i.sendIU(&srp.CredRsp{Tag: binary.BigEndian.Uint64(b[8:])})
+	// The channel goes on; the CRED_RSP spent no credit.
+	i.sendIU(&srp.Cmd{Tag: 2, CDB: make([]byte, 16)})
+	if r := i.rspIU(); r.Tag != 2 || r.ReqLimDelta != 1 {
+		t.Fatalf("rsp %+v", r)
+	}
+}
