@@ -1,8 +1,8 @@
 package scsi
 
 import (
-	"context"
 	"math/rand/v2"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -15,9 +15,20 @@ import (
 // Every Execute and TaskManagement must return (bounded by the test
 // context) with a valid status; run with -race.
 func TestStressRaces(t *testing.T) {
+	t.Run("RAM", func(t *testing.T) { stressRaces(t, backstore.NewRAM(1<<20)) })
+	t.Run("File", func(t *testing.T) {
+		f, err := backstore.OpenFile(filepath.Join(t.TempDir(), "lu"), backstore.FileOptions{Size: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		stressRaces(t, f)
+	})
+}
+
+func stressRaces(t *testing.T, bs backstore.Backstore) {
 	ctx := testCtx(t)
-	ram := backstore.NewRAM(1 << 20)
-	lu, err := NewLogicalUnit(LUConfig{Backstore: ram, ThinProvisioning: true, MaxTransferBytes: 64 << 10})
+	lu, err := NewLogicalUnit(LUConfig{Backstore: bs, ThinProvisioning: true, MaxTransferBytes: 64 << 10, WriteCache: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,5 +159,4 @@ func TestStressRaces(t *testing.T) {
 	defer s.Close()
 	r := s.Execute(ctx, &Command{Tag: 1, LUN: EncodeLUN(0), CDB: cdbTUR()})
 	checkResultValid(t, cdbTUR(), r)
-	_ = context.Background
 }
