@@ -61,7 +61,7 @@ func newBenchCmd() *cobra.Command {
 	var rw, bsStr, sizeStr string
 	var qd, channels, rwmix int
 	var runtime time.Duration
-	var asJSON, fua bool
+	var asJSON, fua, registerEach bool
 	var cpuProfile string
 	c := &cobra.Command{
 		Use:   "bench TARGET",
@@ -128,7 +128,7 @@ func newBenchCmd() *cobra.Command {
 				}
 				defer pprof.StopCPUProfile()
 			}
-			res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua)
+			res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua, registerEach)
 			if fatal != nil {
 				return fmt.Errorf("bench stopped after %d I/Os: %w", res.IOs, fatal)
 			}
@@ -160,13 +160,14 @@ func newBenchCmd() *cobra.Command {
 	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long to run")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	f.BoolVar(&fua, "fua", false, "set FUA on writes")
+	f.BoolVar(&registerEach, "register-each", false, "register each command's memory instead of reusing registered buffers")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	return c
 }
 
 // runBench runs qd workers for runtime. It stops early when the session is
 // gone for good (dev_loss_tmo expired, or closed) and returns that error.
-func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, nslots uint64, runtime time.Duration, fua bool) (benchResult, error) {
+func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, nslots uint64, runtime time.Duration, fua, registerEach bool) (benchResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, runtime)
 	defer cancel()
 	var fatal error
@@ -180,13 +181,29 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 		go func(w int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), uint64(start.UnixNano())))
-			buf := make([]byte, bs)
-			for i := range buf {
-				buf[i] = byte(i*7 + w)
-			}
-			bufs := [][]byte{buf}
+			// One registered buffer per direction per worker: no memory
+			// registration on the data path (unless --register-each).
+			var cmd initiator.Command
 			var cdb [16]byte
-			cmd := initiator.Command{LUN: s.lun, CDB: cdb[:]}
+			cmd.LUN, cmd.CDB = s.lun, cdb[:]
+			var inBuf, outBuf *initiator.Buffer
+			bufs := [][]byte{make([]byte, bs)}
+			if !registerEach {
+				var err error
+				if inBuf, err = s.NewBuffer(bs, true); err == nil {
+					defer inBuf.Release()
+					outBuf, err = s.NewBuffer(bs, false)
+				}
+				if err != nil {
+					s.Options().Logger.Error("bench: register buffers", "err", err)
+					return
+				}
+				defer outBuf.Release()
+				bufs[0] = outBuf.Bytes()
+			}
+			for i := range bufs[0] {
+				bufs[0][i] = byte(i*7 + w)
+			}
 			lat := make([]time.Duration, 0, 1<<14)
 			var n, ne int64
 			seq := uint64(w) * (nslots / uint64(qd))
@@ -199,11 +216,16 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 					seq++
 				}
 				read := rw == "read" || rw == "randread" || ((rw == "rw" || rw == "randrw") && rng.IntN(100) < rwmix)
-				cmd.DataIn, cmd.DataOut = nil, nil
-				if read {
+				cmd.DataIn, cmd.DataOut, cmd.Buffer = nil, nil, nil
+				switch {
+				case registerEach && read:
 					cmd.DataIn = bufs
-				} else {
+				case registerEach:
 					cmd.DataOut = bufs
+				case read:
+					cmd.Buffer, cmd.Length = inBuf, bs
+				default:
+					cmd.Buffer, cmd.Length = outBuf, bs
 				}
 				initiator.PutRW16(cdb[:], !read, slot*uint64(bs/bsz), uint32(bs/bsz), fua && !read)
 				t0 := time.Now()
