@@ -15,6 +15,9 @@
 // rdma_cm_ids bound to that device; each connection has its own completion
 // queue and completion channel, waited on through Go's network poller (the
 // channel's file descriptor is non-blocking), so Poll honours its context.
+// DeviceFor names the device RDMA/CM routes an address through, for
+// initiators that open the device their target is reached by.
+//
 // Memory passed to Register stays pinned (runtime.Pinner) until Deregister,
 // as the cgo rules require for memory the adapter keeps using.
 //
@@ -22,7 +25,9 @@
 //   - On InfiniBand and RoCE the connection manager carries private data in
 //     fixed-size CM messages: the receiver sees it zero-padded (56 bytes in
 //     a connect request, 196 in a reply, 148 in a reject). SRP IUs are
-//     decoded from the front, so the padding is harmless.
+//     decoded from the front, so the padding is harmless; the rdmatest
+//     subtests that compare private data byte for byte (Connect/PrivateData,
+//     Connect/Reject, ManyConnections) cannot pass there.
 //   - Completions carry no solicited-event flag (ibv_wc has none).
 //   - A SEND larger than the receive buffer is reported as the provider
 //     chooses (rxe: local QP operation error, not local length error).
