@@ -61,7 +61,7 @@ func (s *Session) dataIn(ctx context.Context, lun uint64, cdb []byte, n int) ([]
 
 // TestUnitReady sends TEST UNIT READY (SPC-4 §6.47).
 func (s *Session) TestUnitReady(ctx context.Context, lun uint64) error {
-	_, err := s.run(ctx, &Command{LUN: lun, CDB: make([]byte, 6)})
+	_, err := s.run(ctx, &Command{LUN: lun, CDB: []byte{opTestUnitReady, 0, 0, 0, 0, 0}})
 	return err
 }
 
