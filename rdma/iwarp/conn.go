@@ -338,8 +338,12 @@ func (c *conn) advanceSQLocked() {
 			c.cq = append(c.cq, cqEntry{c: rdma.Completion{ID: e.wr.ID, Op: e.wr.Op, Status: e.status, ByteLen: bl, Err: e.err}, send: true, seq: e.seq})
 			n++
 		}
-		clear(e.sgl)
-		e.sgl = e.sgl[:0]
+		if e.sent {
+			// The writer is done with it (else it may still be reading the
+			// list: the slot keeps it until reused).
+			clear(e.sgl)
+			e.sgl = e.sgl[:0]
+		}
 		e.err = nil
 		c.sqHead = (c.sqHead + 1) % len(c.sq)
 		c.sqLen--

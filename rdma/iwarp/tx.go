@@ -35,7 +35,7 @@ type txState struct {
 	msn   [numQueues]uint32 // next MSN per untagged queue (RFC 5041 §5.1: from 1)
 	zero  [8]byte
 	// Scratch lists for a batch (no allocation per batch).
-	takeSQ  []int
+	takeSQ  []taken
 	takeIRQ []int
 }
 
@@ -215,6 +215,14 @@ func (t *txState) emitTerminate(ti *termInfo) {
 	t.end()
 }
 
+// taken is a send queue entry handed to the writer: its ring index and
+// sequence number (a confirmed entry's slot may be reused before the writer
+// marks it sent).
+type taken struct {
+	idx int
+	seq uint64
+}
+
 // writer is the connection's sending goroutine: it takes queued Read
 // Responses and send work, builds their FPDUs and writes them in batches.
 func (c *conn) writer() {
@@ -270,7 +278,7 @@ func (c *conn) writer() {
 					e.msn = t.msn[qnSend]
 					t.msn[qnSend]++
 				}
-				t.takeSQ = append(t.takeSQ, c.sqNext)
+				t.takeSQ = append(t.takeSQ, taken{c.sqNext, e.seq})
 				c.txSeq = e.seq + 1
 				c.sqNext = (c.sqNext + 1) % len(c.sq)
 				c.sqUntx--
@@ -295,8 +303,8 @@ func (c *conn) writer() {
 				r := &c.irq[i]
 				t.emitTagged(opReadResponse, r.sinkSTag, r.sinkTO, nil, r.data, len(r.data))
 			}
-			for _, i := range t.takeSQ {
-				e := &c.sq[i]
+			for _, tk := range t.takeSQ {
+				e := &c.sq[tk.idx]
 				switch e.wr.Op {
 				case rdma.OpSend, rdma.OpSendInvalidate:
 					t.emitSend(e)
@@ -325,8 +333,11 @@ func (c *conn) writer() {
 					c.irqLen--
 					c.irqTx--
 				}
-				for _, i := range t.takeSQ {
-					e := &c.sq[i]
+				for _, tk := range t.takeSQ {
+					e := &c.sq[tk.idx]
+					if e.seq != tk.seq {
+						continue // confirmed, completed and the slot reused
+					}
 					e.sent = true
 					if e.state != sqQueued {
 						continue // already confirmed or answered
