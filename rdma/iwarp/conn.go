@@ -338,9 +338,9 @@ func (c *conn) advanceSQLocked() {
 			c.cq = append(c.cq, cqEntry{c: rdma.Completion{ID: e.wr.ID, Op: e.wr.Op, Status: e.status, ByteLen: bl, Err: e.err}, send: true, seq: e.seq})
 			n++
 		}
-		if e.sent {
-			// The writer is done with it (else it may still be reading the
-			// list: the slot keeps it until reused).
+		if e.sent && c.err == nil {
+			// The writer and the reader are done with it (else either may
+			// still be reading the list: the slot keeps it until reused).
 			clear(e.sgl)
 			e.sgl = e.sgl[:0]
 		}
