@@ -50,15 +50,14 @@ const (
 
 // RDMAP opcodes (RFC 5040 §4.3, table).
 const (
-	opRDMAWrite       = 0x0
-	opReadRequest     = 0x1
-	opReadResponse    = 0x2
-	opSend            = 0x3
-	opSendInvalidate  = 0x4
-	opSendSE          = 0x5
-	opSendSEInvalid   = 0x6
-	opTerminate       = 0x7
-	numDefinedOpcodes = 0x8
+	opRDMAWrite      = 0x0
+	opReadRequest    = 0x1
+	opReadResponse   = 0x2
+	opSend           = 0x3
+	opSendInvalidate = 0x4
+	opSendSE         = 0x5
+	opSendSEInvalid  = 0x6
+	opTerminate      = 0x7
 )
 
 // Untagged queue numbers RDMAP uses (RFC 5040 §5.1).

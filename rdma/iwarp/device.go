@@ -223,9 +223,7 @@ func (m *memoryRegion) valid() bool         { return m.state.Load() == mrValid }
 func (m *memoryRegion) String() string {
 	return fmt.Sprintf("MR(stag %#x, %d bytes)", m.stag, len(m.buf))
 }
-func (m *memoryRegion) usable() bool         { return m.state.Load() != mrDeregistered }
-func (m *memoryRegion) device() *Device      { return m.dev }
-func (m *memoryRegion) owner(d *Device) bool { return m.dev == d }
+func (m *memoryRegion) usable() bool { return m.state.Load() != mrDeregistered }
 
 // Deregister invalidates the STag; later remote accesses get a Terminate.
 func (m *memoryRegion) Deregister() error {
@@ -296,10 +294,8 @@ func (d *Device) invalidate(stag uint32) bool {
 	return m.state.CompareAndSwap(mrValid, mrInvalidated)
 }
 
-// errTooLong and friends are handshake failures.
-var (
-	errHandshake = errors.New("iwarp: MPA handshake failed")
-)
+// errHandshake wraps every MPA exchange failure other than a reject.
+var errHandshake = errors.New("iwarp: MPA handshake failed")
 
 // handshakeDeadline is the earlier of ctx's deadline and now+timeout.
 func handshakeDeadline(ctx context.Context, timeout time.Duration) time.Time {
