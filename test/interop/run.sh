@@ -28,7 +28,7 @@ export PATH=$PATH:/usr/local/go/bin
 
 # Enabled by default: the tests that pass reliably (docs/INTEROP.md says why
 # the others are not).
-DEFAULT_TESTS=(lio-baseline)
+DEFAULT_TESTS=(lio-baseline srpctl-lio)
 
 verbose=${GOSRP_INTEROP_VERBOSE:-0}
 tests=()
@@ -136,17 +136,21 @@ run_vm() {
 	# kernel and power-off
 	timeout -k 10 $((tmo + 240)) "${q[@]}" </dev/null >"$dir/qemu.log" 2>&1 &
 	qpid=$!
+	VM_PID=$qpid
 	if [ "$verbose" = 1 ]; then
 		tail -n +1 -f --pid="$qpid" "$dir/output.log" | sed -u "s/^/[$t] /" &
 		tpid=$!
 	fi
 	wait "$qpid" || true
+	VM_PID=
 	[ -z "$tpid" ] || wait "$tpid" || true
 }
 
 declare -A result figs secs
 failed=0
-trap 'say "interrupted; logs in $LOGS"; exit 130' INT TERM
+VM_PID=
+# an interrupted run takes its VM down with it (timeout passes the TERM on to qemu)
+trap '[ -z "$VM_PID" ] || kill -TERM "$VM_PID" 2>/dev/null; say "interrupted; logs in $LOGS"; exit 130' INT TERM
 for t in "${tests[@]}"; do
 	dir=$LOGS/$t
 	mkdir -p "$dir"

@@ -55,7 +55,7 @@ srptd_start || die "srptd did not start"
 lio_start 256 siw0 || die "LIO ib_srpt setup failed"
 guid=$(lio_guid)
 ours=$(srptd_login) || die "login to srptd"
-lio=$(srp_login siw0 "$(srp_string siw0 "$guid" "$guid" "[$SIW_IP6]:$LIO_PORT")") || die "login to LIO"
+lio=$(lio_login siw0 "$(srp_string siw0 "$guid" "$guid" "[$SIW_IP6]:$LIO_PORT")") || die "login to LIO"
 log "srptd: $ours $(sg_of "$ours"); LIO: $lio $(sg_of "$lio")"
 
 # results LOG -> "Suite.Test RESULT" lines, RESULT passed, FAILED, SKIPPED or ?

@@ -17,7 +17,7 @@ for via in siw rxe; do
 		dev=rxe0 dest="$RXE_IP:$LIO_PORT"
 	fi
 	log "=== kernel ib_srp -> LIO over $dev ($dest)"
-	disk=$(srp_login $dev "$(srp_string $dev "$guid" "$guid" "$dest")") || { fail "login over $dev"; continue; }
+	disk=$(lio_login $dev "$(srp_string $dev "$guid" "$guid" "$dest")") || { fail "login over $dev"; continue; }
 	log "disk $disk"
 	check "sg_inq over $dev" timeout 30 sg_inq "$disk"
 	inq=$(timeout 30 sg_inq "$disk")

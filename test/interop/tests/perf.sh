@@ -16,7 +16,7 @@ for t in srptd lio; do
 	if [ $t = srptd ]; then
 		disk=$(srptd_login) || die "login to srptd"
 	else
-		disk=$(srp_login siw0 "$(srp_string siw0 "$guid" "$guid" "[$SIW_IP6]:$LIO_PORT")") || die "login to LIO"
+		disk=$(lio_login siw0 "$(srp_string siw0 "$guid" "$guid" "[$SIW_IP6]:$LIO_PORT")") || die "login to LIO"
 	fi
 	log "=== $t ($disk)"
 	common=(--filename="$disk" --direct=1 --ioengine=libaio --runtime="$SECS" --time_based --size=256M)

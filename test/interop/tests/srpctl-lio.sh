@@ -64,7 +64,7 @@ sc scsi "$T" "$(cdb10 0x28 2048 128)" --in 65536 --binary >/tmp/r2 && cmp /tmp/w
 	fail "data after lun-reset"
 
 log "=== cross-check: kernel ib_srp over rxe reads what srpctl wrote"
-disk=$(srp_login rxe0 "$(srp_string rxe0 "$guid" "$guid" "$RXE_IP:$LIO_PORT")") || die "kernel login over rxe0"
+disk=$(lio_login rxe0 "$(srp_string rxe0 "$guid" "$guid" "$RXE_IP:$LIO_PORT")") || die "kernel login over rxe0"
 check "kernel read-back 64k" cmp /tmp/w-64k <(dd if="$disk" bs=512 skip=2048 count=128 iflag=direct status=none)
 check "kernel read-back 512k" cmp /tmp/w-512k <(dd if="$disk" bs=512 skip=8192 count=1024 iflag=direct status=none)
 check "kernel logout" srp_logout
