@@ -715,9 +715,10 @@ func (d *Device) Close() error {
 		c.Close()
 		c.destroy()
 	}
+	// Stop the event loop before freeing the channel it reads.
 	d.chFile.Close()
-	C.rdma_destroy_event_channel(d.ch)
 	<-d.loopDone
+	C.rdma_destroy_event_channel(d.ch)
 	d.mu.Lock()
 	for m := range d.mrs {
 		m.deregLocked()
