@@ -94,8 +94,10 @@ type conn struct {
 	confirm bool
 	txSeq   uint64 // seq+1 of the last send work request taken for transmission
 	fenced  uint64 // txSeq covered by the last Read (user's or fence) sent
-	// fencesOut fences are on the wire, at most maxFences: ORD after an
-	// RFC 6581 IRD/ORD exchange, 1 otherwise (the peer's IRD is unknown).
+	// fencesOut fences are on the wire, at most maxFences: 2 after an
+	// RFC 6581 IRD/ORD exchange (one in flight while the next batch goes
+	// out, leaving the rest of ORD to the consumer's Reads), 1 otherwise
+	// (the peer's IRD is unknown).
 	fencesOut, maxFences int
 	rq                   []rdma.RecvWR // ring, RecvDepth entries
 	rqHead               int
@@ -162,7 +164,7 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 		done:   make(chan struct{}),
 	}
 	if o.Negotiated {
-		c.maxFences = caps.ORD
+		c.maxFences = min(caps.ORD, 2)
 	}
 	c.rx.init()
 	c.tx.init(c)
