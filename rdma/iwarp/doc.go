@@ -47,7 +47,8 @@
 //
 // iWARP has no acknowledgement of a Send or RDMA Write. By default the
 // writer follows each batch of Sends and Writes with a zero-length RDMA Read
-// Request (a completion fence, counted against ORD); a Read Response proves
+// Request (a completion fence, counted against ORD; at most two in flight,
+// one without an RFC 6581 IRD/ORD exchange); a Read Response proves
 // that the peer processed everything before it (RFC 5040 §5.5 ordering), so
 // a SEND or WRITE completes when its data is placed at the peer, and a peer
 // Terminate completes the work request it names (by STag/TO or MSN in the
