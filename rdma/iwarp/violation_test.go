@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -603,5 +604,58 @@ func TestPeerToPeerRTR(t *testing.T) {
 				t.Fatalf("completion %+v (err %v)", c, r.c.Err())
 			}
 		})
+	}
+}
+
+// TestAcceptSiwPeerToPeer: siw's peer-to-peer request (80 04 c0 01: IRD 4,
+// ORD 1, Write and Read RTR offered) gets the reply siw's own responder
+// sends (80 04 80 04: Write RTR chosen), and Accept returns once the
+// zero-length Write RTR arrived.
+func TestAcceptSiwPeerToPeer(t *testing.T) {
+	ctx := testCtx(t)
+	dev := NewDevice(Config{PeerToPeer: true})
+	defer dev.Close()
+	ln, err := dev.Listen(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	go func() {
+		r, err := ln.Accept(ctx)
+		if err != nil {
+			ch <- err
+			return
+		}
+		c, err := r.Accept(ctx, rdma.QPConfig{IRD: 4, ORD: 4}, nil)
+		if err == nil {
+			if caps := c.Caps(); caps.ORD != 4 || caps.IRD != 1 {
+				err = fmt.Errorf("caps %+v", caps)
+			}
+			c.Close()
+		}
+		ch <- err
+	}()
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	nc.Write(unhex(t, hexKeyReq+"10 02 00 04 80 04 c0 01"))
+	rep := make([]byte, 24)
+	if _, err := io.ReadFull(nc, rep); err != nil {
+		t.Fatal(err)
+	}
+	if want := unhex(t, hexKeyRep+"10 02 00 04 80 04 80 04"); !bytes.Equal(rep, want) {
+		t.Fatalf("reply %x, want %x", rep, want)
+	}
+	select {
+	case err := <-ch:
+		t.Fatalf("Accept returned before the RTR: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	nc.Write(fpduBytes(tagged(0xc1, 0x40, 0, 0, nil), false))
+	if err := <-ch; err != nil {
+		t.Fatal(err)
 	}
 }
