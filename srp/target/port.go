@@ -195,7 +195,9 @@ func (p *Port) Sessions() []SessionInfo {
 	p.mu.Unlock()
 	out := make([]SessionInfo, 0, len(chs))
 	for _, c := range chs {
-		out = append(out, c.info())
+		if in := c.info(); in.Channel != 0 { // 0: not yet running
+			out = append(out, in)
+		}
 	}
 	return out
 }
