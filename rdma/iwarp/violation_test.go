@@ -323,19 +323,48 @@ func TestTerminateShortULPDU(t *testing.T) {
 	p.expectTerminate(LayerDDP, DDPLocalCatastrophic, 0, 0, nil)
 }
 
-// TestTerminateBeyondIRD: with IRD 1, a second Read Request while the first
-// is being answered (16 MiB, so it is still being written) is refused.
+// TestTerminateBeyondIRD: with IRD 1, a second Read Request while the
+// first one's response is still queued is refused (RDMAP remote operation,
+// catastrophic error localized to the stream, as siw). The writer is kept
+// busy with a 32 MiB Send the fake peer does not read, so the first
+// response stays queued.
 func TestTerminateBeyondIRD(t *testing.T) {
 	p := newFakePeer(t, Config{}, rdma.QPConfig{IRD: 1}, 0)
-	const size = 16 << 20
-	src, err := p.dev.Register(make([]byte, size), rdma.AccessRemoteRead)
+	big, err := p.dev.Register(make([]byte, 32<<20), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r1 := readReq(1, 0x100, 0, size, src.RKey(), src.Addr())
-	r2 := readReq(2, 0x100, 0, 4, src.RKey(), src.Addr())
-	p.send(r1, r2)
-	p.expectTerminate(LayerRDMAP, RDMAPRemoteOperation, RDMAPCatastrophicStream, termFlagM|termFlagD|termFlagR, fpduHead(r2, 46))
+	if err := p.server.PostSend(rdma.SendWR{Op: rdma.OpSend, Local: []rdma.SGE{{MR: big, Length: 32 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	c := p.server.(*conn)
+	for {
+		c.mu.Lock()
+		taken := c.sqUntx == 0
+		c.mu.Unlock()
+		if taken {
+			break
+		}
+		select {
+		case <-p.ctx.Done():
+			t.Fatal("the writer never took the Send")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	src, err := p.dev.Register(make([]byte, 64), rdma.AccessRemoteRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.send(readReq(1, 0x100, 0, 4, src.RKey(), src.Addr()), readReq(2, 0x100, 0, 4, src.RKey(), src.Addr()))
+	select {
+	case <-p.server.Done():
+	case <-p.ctx.Done():
+		t.Fatal("connection not down")
+	}
+	var te *rdma.TerminateError
+	if !errors.As(p.server.Err(), &te) || !te.Local || te.Layer != LayerRDMAP || te.Type != RDMAPRemoteOperation || te.Code != RDMAPCatastrophicStream {
+		t.Fatalf("Err() = %v", p.server.Err())
+	}
 }
 
 // TestZeroLengthWriteSTag0 is ib_srpt's first FPDU after the handshake: a
