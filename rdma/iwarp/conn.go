@@ -374,8 +374,10 @@ func (c *conn) checkSGE(s rdma.SGE, write bool) error {
 	return nil
 }
 
-// PostSend queues send work requests (see rdma.Conn). SGEs are not copied:
-// the buffers must stay untouched until the completion (as in verbs).
+// PostSend queues send work requests (see rdma.Conn). The SGE list is
+// copied, the data is not: the writer sends straight from the registered
+// buffers, which must stay untouched until the completion (as in verbs).
+// Caps.MaxInline is 0. Safe for concurrent use.
 func (c *conn) PostSend(wrs ...rdma.SendWR) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
