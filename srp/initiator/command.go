@@ -299,6 +299,9 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 			return off, 0, nil
 		}
 		if cmd.Buffer != nil {
+			if err := ch.fits(n + 16); err != nil {
+				return 0, 0, err
+			}
 			iu[5] = byte(srp.DescDirect) << 4
 			return putBufferDesc(iu, n, cmd), 0, nil
 		}
@@ -309,6 +312,9 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 		iu[5], iu[6] = f<<4, cnt
 		n = m
 	case inLen > 0 && cmd.Buffer != nil:
+		if err := ch.fits(n + 16); err != nil {
+			return 0, 0, err
+		}
 		iu[5] = byte(srp.DescDirect)
 		n = putBufferDesc(iu, n, cmd)
 	case inLen > 0:
@@ -320,6 +326,16 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 		n = m
 	}
 	return n, inLen, nil
+}
+
+// fits reports ErrIUTooLong when an SRP_CMD of n bytes exceeds the
+// channel's initiator-to-target IU length (min of the login's req_it_iu_len
+// and the target's max_it_iu_len).
+func (ch *channel) fits(n int) error {
+	if n > ch.maxIT {
+		return fmt.Errorf("%w: %d bytes > %d", ErrIUTooLong, n, ch.maxIT)
+	}
+	return nil
 }
 
 // putBufferDesc writes the direct descriptor of a command's registered
@@ -344,8 +360,17 @@ func (ch *channel) mapData(r *request, n int, sg [][]byte, acc rdma.Access) (byt
 			nseg++
 		}
 	}
-	if nseg > ch.s.opts.CmdSGEntries || n+20+16*nseg > ch.maxIT {
-		return 0, 0, 0, fmt.Errorf("%w: %d segments", ErrTooManySegments, nseg)
+	if nseg > ch.s.opts.CmdSGEntries {
+		return 0, 0, 0, fmt.Errorf("%w: %d segments, cmd_sg_entries %d", ErrTooManySegments, nseg, ch.s.opts.CmdSGEntries)
+	}
+	// A direct descriptor takes 16 bytes, an indirect one 20 plus 16 per
+	// segment.
+	need := n + 16
+	if nseg > 1 {
+		need = n + 20 + 16*nseg
+	}
+	if err := ch.fits(need); err != nil {
+		return 0, 0, 0, err
 	}
 	dev := ch.s.dev
 	iu := r.iu

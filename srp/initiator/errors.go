@@ -23,6 +23,10 @@ var (
 	// than Options.CmdSGEntries (Linux ib_srp: -EIO when ndesc >
 	// cmd_sg_cnt without allow_ext_sg).
 	ErrTooManySegments = errors.New("srp initiator: scatter/gather list longer than cmd_sg_entries")
+	// ErrIUTooLong reports an SRP_CMD (CDB plus data descriptors) longer
+	// than the channel's initiator-to-target IU length: min(req_it_iu_len,
+	// the target's max_it_iu_len), which max_it_iu_size may have capped.
+	ErrIUTooLong = errors.New("srp initiator: SRP_CMD longer than the channel's max_it_iu_len")
 	// ErrTransferTooLarge reports a transfer over Options.MaxSect sectors.
 	ErrTransferTooLarge = errors.New("srp initiator: transfer larger than max_sect")
 	// ErrAborted reports a command that timed out or was cancelled and was

@@ -694,3 +694,77 @@ func TestRegisteredBuffers(t *testing.T) {
 		t.Error("a range outside the Buffer was accepted")
 	}
 }
+
+// TestSmallITIU: with max_it_iu_size=64 an SRP_CMD holds a 16-byte CDB and
+// one 16-byte direct descriptor (48 + 16 = 64 bytes, T10 SRP r16a table 16),
+// nothing more: one segment works, two segments (indirect: 48 + 20 + 32 =
+// 100 bytes) and a 32-byte CDB with a descriptor (48 + 16 + 16 = 80 bytes)
+// fail with ErrIUTooLong before anything is sent.
+func TestSmallITIU(t *testing.T) {
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.MaxITIUSize = 64 })
+	ctx := testCtx(t)
+	if got := s.Info().ReqITIULen; got != 64 {
+		t.Fatalf("req_it_iu_len %d, want 64", got)
+	}
+	want := make([]byte, 1024)
+	rand.Read(want)
+	if _, err := s.Execute(ctx, &Command{CDB: rw16(opWrite16, 4, 2, false), DataOut: [][]byte{want}}); err != nil {
+		t.Fatalf("one-segment write: %v", err)
+	}
+	ft.mu.Lock()
+	raw := ft.rawIUs[len(ft.rawIUs)-1]
+	ft.mu.Unlock()
+	if len(raw) != 64 || raw[5] != 0x10 || binary.BigEndian.Uint32(raw[60:]) != 1024 {
+		t.Errorf("SRP_CMD %d bytes, buf_fmt %#x, want 64 bytes, DIRECT data-out of 1024", len(raw), raw[5])
+	}
+	got := make([]byte, 1024)
+	if _, err := s.Execute(ctx, &Command{CDB: rw16(opRead16, 4, 2, false), DataIn: [][]byte{got}}); err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("one-segment read: %v, equal %v", err, bytes.Equal(got, want))
+	}
+	two := [][]byte{make([]byte, 512), make([]byte, 512)}
+	if _, err := s.Execute(ctx, &Command{CDB: rw16(opRead16, 4, 2, false), DataIn: two}); !errors.Is(err, ErrIUTooLong) {
+		t.Errorf("two segments in a 64-byte IU: %v, want ErrIUTooLong", err)
+	}
+	in, err := s.NewBuffer(4096, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Release()
+	out, err := s.NewBuffer(4096, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Release()
+	cdb32 := make([]byte, 32)
+	cdb32[0] = 0x7f // variable-length CDB
+	for _, b := range []*Buffer{in, out} {
+		if _, err := s.Execute(ctx, &Command{CDB: cdb32, Buffer: b, Length: 512}); !errors.Is(err, ErrIUTooLong) {
+			t.Errorf("32-byte CDB with a Buffer (data-in %v) in a 64-byte IU: %v, want ErrIUTooLong", b.dataIn, err)
+		}
+	}
+	// Credits and slots came back.
+	for i := 0; i < 40; i++ {
+		if err := s.TestUnitReady(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestASCName checks names against SPC-4 annex D table D.1.
+func TestASCName(t *testing.T) {
+	for _, c := range []struct {
+		asc, ascq uint8
+		want      string
+	}{
+		{0x0e, 0x03, "INVALID FIELD IN COMMAND INFORMATION UNIT"},
+		{0x21, 0x00, "LOGICAL BLOCK ADDRESS OUT OF RANGE"},
+		{0x44, 0x00, "INTERNAL TARGET FAILURE"},
+		{0x2f, 0x00, "COMMANDS CLEARED BY ANOTHER INITIATOR"},
+		{0x27, 0x07, "SPACE ALLOCATION FAILED WRITE PROTECT"},
+		{0x7f, 0x7f, ""},
+	} {
+		if got := ASCName(c.asc, c.ascq); got != c.want {
+			t.Errorf("ASCName(%02xh/%02xh) = %q, want %q", c.asc, c.ascq, got, c.want)
+		}
+	}
+}
