@@ -240,7 +240,6 @@ func newAttachCmd() *cobra.Command {
 		},
 	}
 	addTargetFlags(c, &tf, false)
-	c.Args = cobra.ExactArgs(2)
 	c.Flags().BoolVar(&allowOther, "allow-other", false, "let other users open the LUN files (FUSE allow_other)")
 	c.Flags().BoolVar(&debug, "fuse-debug", false, "log FUSE requests")
 	return c

@@ -308,7 +308,6 @@ func newTMFCmd() *cobra.Command {
 		},
 	}
 	addTargetFlags(c, &tf, true)
-	c.Args = cobra.ExactArgs(2)
 	c.Flags().Uint64Var(&tag, "tag", 0, "task tag for abort")
 	return c
 }

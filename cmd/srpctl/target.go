@@ -45,7 +45,10 @@ func addTargetFlags(c *cobra.Command, tf *targetFlags, withLUN bool) {
 	f.DurationVar(&tf.devLoss, "dev-loss-tmo", 0, "give up this long after a channel loss (default 600s)")
 	f.BoolVarP(&tf.verbose, "verbose", "v", false, "log channel events to stderr")
 	f.Uint64Var(&tf.initiatorGUID, "initiator-guid", 0, "second half of the initiator port ID (default derived from the host name)")
-	c.Args = cobra.MinimumNArgs(1)
+	if c.Args == nil {
+		// Commands with more positional arguments than TARGET set Args themselves.
+		c.Args = cobra.ExactArgs(1)
+	}
 	c.Long = c.Short + "\n\n" + targetHelp
 }
 

@@ -107,3 +107,42 @@ type benchJSON struct {
 	LatP50Us float64 `json:"lat_p50_us"`
 	LatP99Us float64 `json:"lat_p99_us"`
 }
+
+// TestSrpctlArgumentCounts: every initiator command checks its positional
+// arguments before connecting; a missing or extra one is a usage error
+// (exit status 1 with a message), never a crash (Go's exit status 2).
+func TestSrpctlArgumentCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds srpctl")
+	}
+	bin := buildSrpctl(t)
+	// Nothing listens on this address: a command that got past its argument
+	// check would fail later with a connection error instead.
+	tgt := "id_ext=0002c90300a1b2c3,ioc_guid=0002c90300a1b2c3,dest=127.0.0.1:1"
+	for _, args := range [][]string{
+		{"scsi", tgt},
+		{"scsi", tgt, "00 00 00 00 00 00", "extra"},
+		{"tmf", tgt},
+		{"attach", tgt},
+		{"login", tgt, "extra"},
+		{"luns"},
+		{"inquiry", tgt, "extra"},
+		{"readcap", tgt, "extra"},
+		{"bench", tgt, "extra"},
+		{"read", tgt, "extra", "--of", "/dev/null"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		cmd := exec.CommandContext(ctx, bin, args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		cancel()
+		code := -1
+		if cmd.ProcessState != nil {
+			code = cmd.ProcessState.ExitCode()
+		}
+		if code != 1 || !strings.Contains(stderr.String(), "arg(s)") || strings.Contains(stderr.String(), "panic") {
+			t.Errorf("srpctl %s: %v, exit status %d, stderr:\n%s", strings.Join(args, " "), err, code, stderr.String())
+		}
+	}
+}
