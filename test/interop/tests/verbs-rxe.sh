@@ -13,15 +13,23 @@ ADDR=$RXE_IP:$PORT
 
 rxe_up || die "rxe0 did not come up"
 
+# go test matches -test.run level by level (split at '/'), so each group
+# of conformance subtests is its own run.  Left out: the subtests that
+# compare private data byte for byte (IB CM pads it, see rdma/verbs/doc.go).
+verbs_test() { # NAME PATTERN
+	log "=== rdma/verbs unit tests on rxe0: $2"
+	(cd /tmp && GOSRP_VERBS_DEVICE=rxe0 GOSRP_VERBS_ADDR=$RXE_IP timeout 300 verbs.test -test.v -test.timeout 280s \
+		-test.run "$2" >"$RUN/verbs-test-$1.log" 2>&1)
+	local rc=$?
+	grep -E '^ *--- |^(PASS|FAIL|ok)' "$RUN/verbs-test-$1.log"
+	check "verbs.test $2 (rxe0)" test $rc = 0
+	grep -q -- '--- PASS' "$RUN/verbs-test-$1.log" || fail "verbs.test $2 ran no test"
+	[ $rc = 0 ] || tail -40 "$RUN/verbs-test-$1.log"
+}
 if command -v verbs.test >/dev/null; then
-	log "=== rdma/verbs unit tests on rxe0"
-	(cd /tmp && GOSRP_VERBS_DEVICE=rxe0 GOSRP_VERBS_ADDR=$RXE_IP timeout 400 verbs.test -test.v -test.timeout 380s \
-		-test.run 'TestConnect|TestReject|TestDeviceFor|TestConformance/(Connect/(DialContext|ListenerClose)|SendRecv/(Sizes|Gather|FIFO|Unsignaled|Bidirectional)|RDMA|Queue|InvalidWR|Deregister|Close|Concurrent|GoroutineLeak)' \
-		>"$RUN/verbs-test.log" 2>&1)
-	rc=$?
-	grep -E '^(=== RUN|--- |    --- |PASS|FAIL|ok)' "$RUN/verbs-test.log" | grep -v '=== RUN' | tail -60
-	check "verbs.test on rxe0" test $rc = 0
-	[ $rc = 0 ] || tail -40 "$RUN/verbs-test.log"
+	verbs_test main 'TestConnect|TestReject|TestDeviceFor|TestConformance/(RDMA|Queue|InvalidWR|Deregister|Close|Concurrent|GoroutineLeak)$'
+	verbs_test connect 'TestConformance/Connect/(DialContext|ListenerClose)$'
+	verbs_test sendrecv 'TestConformance/SendRecv/(Sizes|Gather|FIFO|Unsignaled|Bidirectional)$'
 else
 	fail "verbs.test not built"
 fi
