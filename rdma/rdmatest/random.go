@@ -192,7 +192,14 @@ func (s *rndSide) postSend(t *testing.T, peer *rndSide, op rdma.Opcode, r *rand.
 	id := s.nextSend
 	slot := s.sbuf.Bytes()[int(id%rndSlots)*rndSlot:][:rndSlot]
 	off := uint64(r.UintN(rndTgt/rndSlot)) * rndSlot
-	wr := rdma.SendWR{ID: id, Op: op, Signaled: op == rdma.OpRDMARead || r.UintN(2) == 0,
+	signaled := op == rdma.OpRDMARead || r.UintN(2) == 0
+	// The last free slot always gets a signaled request: slots held only by
+	// unsignaled requests are never released (as on verbs), and the queue
+	// would stay full for the rest of the run.
+	if int(s.nextSend-s.released) == rndDepth-1 {
+		signaled = true
+	}
+	wr := rdma.SendWR{ID: id, Op: op, Signaled: signaled,
 		Local: sge(s.sbuf, int(id%rndSlots)*rndSlot, rndSlot)}
 	if op != rdma.OpSend {
 		wr.Remote = rdma.RemoteAddr{Addr: s.tgt.Addr() + off, RKey: s.tgt.RKey()}
