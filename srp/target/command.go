@@ -330,6 +330,11 @@ func (c *channel) respond(cmd *command, status byte, sense []byte, outRes, inRes
 // truncated to max_ti_iu_len) and queues it behind the data-in writes.
 func (c *channel) respondWith(cmd *command, status byte, sense []byte, flags srp.RspFlags, outRes, inRes uint32, writes []rdma.SendWR) {
 	cmd.state = cmdRspSent
+	// The initiator may reuse the tag as soon as it sees this response,
+	// possibly before the SEND's completion reaches us: the tag is free now.
+	if c.cmds[cmd.tag] == cmd {
+		delete(c.cmds, cmd.tag)
+	}
 	maxSense := min(c.maxTI, c.cfg.MaxRspSize) - srp.RspSize
 	if len(sense) > maxSense {
 		sense = sense[:maxSense]

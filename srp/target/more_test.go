@@ -264,3 +264,17 @@ func TestCredReq(t *testing.T) {
 		t.Fatalf("rsp %+v", r)
 	}
 }
+
+// TestTagReuseAfterResponse: an initiator may reuse a tag as soon as it has
+// the response, before the target has seen its SEND complete (Linux ib_srp
+// reuses block layer tags at once); that is not an overlapped command.
+func TestTagReuseAfterResponse(t *testing.T) {
+	e := newEnv(t, nil)
+	i := e.login(defaultLogin())
+	for round := 0; round < 200; round++ {
+		i.sendIU(&srp.Cmd{Tag: 0x2000000000000000, CDB: make([]byte, 16)})
+		if r := i.rspIU(); r.Status != 0 || r.Tag != 0x2000000000000000 {
+			t.Fatalf("round %d: %+v", round, r)
+		}
+	}
+}
