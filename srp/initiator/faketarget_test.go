@@ -26,6 +26,7 @@ type fakeTarget struct {
 	reject srp.RejectReason // non-zero: reject every login
 	immOK  bool
 
+	acceptMu    sync.Mutex // held from Accept until the conn is in conns
 	mu          sync.Mutex
 	conns       []rdma.Conn
 	logins      []srp.LoginRequest
@@ -65,6 +66,8 @@ func newFakeTarget(t testing.TB, net *loopback.Network) *fakeTarget {
 func (ft *fakeTarget) addr() string { return ft.ln.Addr().String() }
 
 func (ft *fakeTarget) dropAll() {
+	ft.acceptMu.Lock()
+	defer ft.acceptMu.Unlock()
 	ft.mu.Lock()
 	cs := ft.conns
 	ft.conns = nil
@@ -105,14 +108,17 @@ func (ft *fakeTarget) acceptLoop(ctx context.Context) {
 			rsp.RspFlags |= srp.LoginRspImmSupp
 		}
 		b, _ := rsp.Marshal()
+		ft.acceptMu.Lock()
 		conn, err := req.Accept(ctx, rdma.QPConfig{SendDepth: 256, RecvDepth: int(ft.reqLim) + 4, IRD: 16, ORD: 16}, b)
 		if err != nil {
+			ft.acceptMu.Unlock()
 			ft.t.Errorf("fake target: accept: %v", err)
 			continue
 		}
 		ft.mu.Lock()
 		ft.conns = append(ft.conns, conn)
 		ft.mu.Unlock()
+		ft.acceptMu.Unlock()
 		go (&fakeConn{ft: ft, conn: conn}).serve()
 	}
 }

@@ -249,8 +249,12 @@ func (s *Session) pick(ctx context.Context) (*channel, error) {
 		switch s.state {
 		case StateRunning:
 			ch := s.chans[int(s.rr.Add(1))%len(s.chans)]
-			s.mu.Unlock()
-			return ch, nil
+			if !ch.down() {
+				s.mu.Unlock()
+				return ch, nil
+			}
+			// Gone down, and channelDown has not yet blocked the session:
+			// wait for that state change rather than burn a retry.
 		case StateFailFast:
 			err := s.lastErr
 			s.mu.Unlock()
