@@ -335,7 +335,7 @@ func (c *channel) respondWith(cmd *command, status byte, sense []byte, flags srp
 	if c.cmds[cmd.tag] == cmd {
 		delete(c.cmds, cmd.tag)
 	}
-	maxSense := min(c.maxTI, c.cfg.MaxRspSize) - srp.RspSize
+	maxSense := max(0, min(c.maxTI, c.cfg.MaxRspSize)-srp.RspSize)
 	if len(sense) > maxSense {
 		sense = sense[:maxSense]
 	}
