@@ -240,6 +240,12 @@ func newAttachCmd() *cobra.Command {
 		},
 	}
 	addTargetFlags(c, &tf, false)
+	c.Long += `
+
+Stop with Ctrl-C (SIGINT) or SIGTERM after detaching loop devices
+(losetup -d). If srpctl attach was killed instead, the mount point is left
+behind ("Transport endpoint is not connected"): remove it with
+umount MOUNTPOINT (or fusermount -u MOUNTPOINT) before attaching again.`
 	c.Flags().BoolVar(&allowOther, "allow-other", false, "let other users open the LUN files (FUSE allow_other)")
 	c.Flags().BoolVar(&debug, "fuse-debug", false, "log FUSE requests")
 	return c

@@ -269,7 +269,7 @@ func newTMFCmd() *cobra.Command {
 	var tag uint64
 	c := &cobra.Command{
 		Use:   "tmf TARGET abort|lun-reset",
-		Short: "send a task management function: ABORT TASK (--tag) or LOGICAL UNIT RESET",
+		Short: "send a task management function: abort (ABORT TASK of --tag), lun-reset, abort-task-set, clear-task-set or clear-aca",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var fn uint8
@@ -286,6 +286,9 @@ func newTMFCmd() *cobra.Command {
 				fn = initiator.TMFClearACA
 			default:
 				return fmt.Errorf("unknown task management function %q (abort, lun-reset, abort-task-set, clear-task-set, clear-aca)", args[1])
+			}
+			if fn == initiator.TMFAbortTask && !cmd.Flags().Changed("tag") {
+				return errors.New("abort: give the task tag of the command to abort with --tag")
 			}
 			ctx, cancel := signalContext()
 			defer cancel()

@@ -1,7 +1,7 @@
 // Command srpctl is gosrp's command-line tool: it decodes SRP information
 // units, logs in to SRP targets (srptd, Linux LIO ib_srpt, SCST) as an
-// initiator, moves data, attaches LUNs as files, benchmarks, and administers a
-// running srptd.
+// initiator, moves data, attaches LUNs as files and benchmarks. (A running
+// srptd is administered through its HTTP admin socket, not through srpctl.)
 package main
 
 import (
@@ -13,8 +13,14 @@ import (
 
 func main() {
 	root := &cobra.Command{
-		Use:           "srpctl",
-		Short:         "SRP initiator, decoder and srptd admin tool",
+		Use:   "srpctl",
+		Short: "SRP initiator and information unit decoder",
+		Long: `SRP initiator and information unit decoder.
+
+Every initiator command takes TARGET, the add_target string srptd prints on
+its login_info line, for example:
+
+  srpctl login id_ext=4e761e0b5d443097,ioc_guid=4e761e0b5d443097,dest=127.0.0.1:5555`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}

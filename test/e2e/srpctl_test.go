@@ -109,8 +109,9 @@ type benchJSON struct {
 }
 
 // TestSrpctlArgumentCounts: every initiator command checks its positional
-// arguments before connecting; a missing or extra one is a usage error
-// (exit status 1 with a message), never a crash (Go's exit status 2).
+// arguments (and tmf abort its --tag) before connecting; a missing or extra
+// one is a usage error (exit status 1 with a message), never a crash (Go's
+// exit status 2).
 func TestSrpctlArgumentCounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds srpctl")
@@ -120,6 +121,7 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 	// check would fail later with a connection error instead.
 	tgt := "id_ext=0002c90300a1b2c3,ioc_guid=0002c90300a1b2c3,dest=127.0.0.1:1"
 	for _, args := range [][]string{
+		{"tmf", tgt, "abort"}, // ABORT TASK needs --tag
 		{"scsi", tgt},
 		{"scsi", tgt, "00 00 00 00 00 00", "extra"},
 		{"tmf", tgt},
@@ -141,7 +143,11 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		if cmd.ProcessState != nil {
 			code = cmd.ProcessState.ExitCode()
 		}
-		if code != 1 || !strings.Contains(stderr.String(), "arg(s)") || strings.Contains(stderr.String(), "panic") {
+		want := "arg(s)"
+		if args[len(args)-1] == "abort" {
+			want = "--tag"
+		}
+		if code != 1 || !strings.Contains(stderr.String(), want) || strings.Contains(stderr.String(), "panic") {
 			t.Errorf("srpctl %s: %v, exit status %d, stderr:\n%s", strings.Join(args, " "), err, code, stderr.String())
 		}
 	}
