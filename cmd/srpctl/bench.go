@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -72,6 +73,14 @@ func newBenchCmd() *cobra.Command {
 				return err
 			}
 			bs := int(bs64)
+			switch {
+			case qd < 1:
+				return fmt.Errorf("--qd %d: at least 1 I/O in flight", qd)
+			case runtime <= 0:
+				return fmt.Errorf("--runtime %v: must be positive", runtime)
+			case rwmix < 0 || rwmix > 100:
+				return fmt.Errorf("--rwmixread %d: a percentage, 0..100", rwmix)
+			}
 			switch rw {
 			case "read", "write", "randread", "randwrite", "randrw", "rw":
 			default:
@@ -83,6 +92,11 @@ func newBenchCmd() *cobra.Command {
 			}
 			if channels > 0 {
 				o.ChCount = channels
+			}
+			// One SRP_CMD per I/O: a transfer over max_sect would fail every
+			// command (ib_srp's default max_sect is 1024 sectors, 512 KiB).
+			if maxSect := cmp.Or(o.MaxSect, initiator.DefaultMaxSect); int64(bs) > int64(maxSect)*512 {
+				return fmt.Errorf("--bs %d: above max_sect %d x 512 bytes; add max_sect=%d to TARGET", bs, maxSect, (bs+511)/512)
 			}
 			// Enough IUs per channel for the queue depth (can_queue is
 			// queue_size - 2); the target's req_lim may still cap it.

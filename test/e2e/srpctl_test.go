@@ -109,32 +109,42 @@ type benchJSON struct {
 }
 
 // TestSrpctlArgumentCounts: every initiator command checks its positional
-// arguments (and tmf abort its --tag) before connecting; a missing or extra
-// one is a usage error (exit status 1 with a message), never a crash (Go's
-// exit status 2).
+// arguments and flags before connecting (tmf abort needs --tag; bench's
+// --bs must fit max_sect, --qd, --runtime and --rwmixread must make sense);
+// a bad one is a usage error (exit status 1 with a message), never a crash
+// (Go's exit status 2) or a run that does nothing.
 func TestSrpctlArgumentCounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds srpctl")
 	}
 	bin := buildSrpctl(t)
-	// Nothing listens on this address: a command that got past its argument
-	// check would fail later with a connection error instead.
+	// Nothing listens on this address: a command that got past its checks
+	// would fail later with a connection error instead.
 	tgt := "id_ext=0002c90300a1b2c3,ioc_guid=0002c90300a1b2c3,dest=127.0.0.1:1"
-	for _, args := range [][]string{
-		{"tmf", tgt, "abort"}, // ABORT TASK needs --tag
-		{"scsi", tgt},
-		{"scsi", tgt, "00 00 00 00 00 00", "extra"},
-		{"tmf", tgt},
-		{"attach", tgt},
-		{"login", tgt, "extra"},
-		{"luns"},
-		{"inquiry", tgt, "extra"},
-		{"readcap", tgt, "extra"},
-		{"bench", tgt, "extra"},
-		{"read", tgt, "extra", "--of", "/dev/null"},
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"scsi", tgt}, "arg(s)"},
+		{[]string{"scsi", tgt, "00 00 00 00 00 00", "extra"}, "arg(s)"},
+		{[]string{"tmf", tgt}, "arg(s)"},
+		{[]string{"tmf", tgt, "abort"}, "--tag"},
+		{[]string{"attach", tgt}, "arg(s)"},
+		{[]string{"login", tgt, "extra"}, "arg(s)"},
+		{[]string{"luns"}, "arg(s)"},
+		{[]string{"inquiry", tgt, "extra"}, "arg(s)"},
+		{[]string{"readcap", tgt, "extra"}, "arg(s)"},
+		{[]string{"bench", tgt, "extra"}, "arg(s)"},
+		{[]string{"read", tgt, "extra", "--of", "/dev/null"}, "arg(s)"},
+		// 1 MiB is 2048 sectors, over ib_srp's default max_sect of 1024.
+		{[]string{"bench", tgt, "--bs", "1m"}, "max_sect=2048"},
+		{[]string{"bench", tgt + ",max_sect=100", "--bs", "51712"}, "max_sect 100 x 512 bytes; add max_sect=101"},
+		{[]string{"bench", tgt, "--qd", "0"}, "--qd"},
+		{[]string{"bench", tgt, "--runtime", "0s"}, "--runtime"},
+		{[]string{"bench", tgt, "--rwmixread", "101"}, "--rwmixread"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd := exec.CommandContext(ctx, bin, c.args...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		err := cmd.Run()
@@ -143,12 +153,8 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		if cmd.ProcessState != nil {
 			code = cmd.ProcessState.ExitCode()
 		}
-		want := "arg(s)"
-		if args[len(args)-1] == "abort" {
-			want = "--tag"
-		}
-		if code != 1 || !strings.Contains(stderr.String(), want) || strings.Contains(stderr.String(), "panic") {
-			t.Errorf("srpctl %s: %v, exit status %d, stderr:\n%s", strings.Join(args, " "), err, code, stderr.String())
+		if code != 1 || !strings.Contains(stderr.String(), c.want) || strings.Contains(stderr.String(), "panic") {
+			t.Errorf("srpctl %s: %v, exit status %d, want 1 and %q in stderr:\n%s", strings.Join(c.args, " "), err, code, c.want, stderr.String())
 		}
 	}
 }
