@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -174,6 +175,22 @@ func (d *lunDir) OnAdd(ctx context.Context) {
 
 var _ fs.NodeOnAdder = (*lunDir)(nil)
 
+// checkMountPoint reports a mount point that cannot take the FUSE mount,
+// before logging in: missing, not a directory, or a stale FUSE mount left by
+// a killed srpctl attach (stat fails with ENOTCONN).
+func checkMountPoint(dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN):
+		return fmt.Errorf("mount point %s is a dead FUSE mount (left by a killed srpctl attach?): run umount %s (or fusermount -u %s) first", dir, dir, dir)
+	case err != nil:
+		return fmt.Errorf("mount point: %w", err)
+	case !st.IsDir():
+		return fmt.Errorf("mount point %s is not a directory", dir)
+	}
+	return nil
+}
+
 func newAttachCmd() *cobra.Command {
 	var tf targetFlags
 	var allowOther, debug bool
@@ -182,6 +199,9 @@ func newAttachCmd() *cobra.Command {
 		Short: "expose each LUN as MOUNTPOINT/lun<N> through FUSE (use with losetup); detaches on SIGINT/SIGTERM",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkMountPoint(args[1]); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			s, err := tf.connect(ctx, args[0])

@@ -109,7 +109,8 @@ type benchJSON struct {
 }
 
 // TestSrpctlArgumentCounts: every initiator command checks its positional
-// arguments and flags before connecting (tmf abort needs --tag; bench's
+// arguments and flags before connecting (tmf abort needs --tag; attach a
+// directory to mount on; bench's
 // --bs must fit max_sect, --qd, --runtime and --rwmixread must make sense);
 // a bad one is a usage error (exit status 1 with a message), never a crash
 // (Go's exit status 2) or a run that does nothing.
@@ -130,6 +131,8 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"tmf", tgt}, "arg(s)"},
 		{[]string{"tmf", tgt, "abort"}, "--tag"},
 		{[]string{"attach", tgt}, "arg(s)"},
+		{[]string{"attach", tgt, filepath.Join(t.TempDir(), "missing")}, "mount point: stat"},
+		{[]string{"attach", tgt, bin}, "is not a directory"},
 		{[]string{"login", tgt, "extra"}, "arg(s)"},
 		{[]string{"luns"}, "arg(s)"},
 		{[]string{"inquiry", tgt, "extra"}, "arg(s)"},
