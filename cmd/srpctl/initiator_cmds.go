@@ -123,6 +123,9 @@ func newInquiryCmd() *cobra.Command {
 		Use:   "inquiry TARGET",
 		Short: "send INQUIRY (standard data, or a VPD page with --vpd)",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if vpd > 0xff || (vpd < 0 && cmd.Flags().Changed("vpd")) {
+				return fmt.Errorf("--vpd %d: a page code is 0..255 (0x00..0xff)", vpd)
+			}
 			ctx, cancel := signalContext()
 			defer cancel()
 			s, err := tf.connect(ctx, args[0])

@@ -137,6 +137,8 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"luns"}, "arg(s)"},
 		{[]string{"inquiry", tgt, "extra"}, "arg(s)"},
 		{[]string{"readcap", tgt, "extra"}, "arg(s)"},
+		{[]string{"inquiry", tgt, "--vpd", "256"}, "page code is 0..255"},
+		{[]string{"inquiry", tgt, "--vpd", "-2"}, "page code is 0..255"},
 		{[]string{"bench", tgt, "extra"}, "arg(s)"},
 		{[]string{"read", tgt, "extra", "--of", "/dev/null"}, "arg(s)"},
 		// 1 MiB is 2048 sectors, over ib_srp's default max_sect of 1024.
