@@ -130,6 +130,11 @@ func (tf *targetFlags) connect(ctx context.Context, target string) (*conn, error
 }
 
 func (tf *targetFlags) connectOptions(ctx context.Context, o initiator.Options) (*conn, error) {
+	// initiator.LUN encodes 0..255 with peripheral and up to 16383 with flat
+	// space addressing (SAM-5 §4.7.7); anything else would wrap to another LUN.
+	if tf.lun < 0 || tf.lun > 16383 {
+		return nil, fmt.Errorf("--lun %d: a LUN number is 0..16383", tf.lun)
+	}
 	dev, err := openDevice(o, o.Logger)
 	if err != nil {
 		return nil, err

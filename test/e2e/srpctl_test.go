@@ -138,6 +138,9 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"inquiry", tgt, "extra"}, "arg(s)"},
 		{[]string{"readcap", tgt, "extra"}, "arg(s)"},
 		{[]string{"inquiry", tgt, "--vpd", "256"}, "page code is 0..255"},
+		// 16384 would wrap to LUN 0 in the 14-bit flat space LUN field.
+		{[]string{"readcap", tgt, "--lun", "16384"}, "LUN number is 0..16383"},
+		{[]string{"write", tgt, "--lun", "-1", "--if", bin}, "LUN number is 0..16383"},
 		{[]string{"inquiry", tgt, "--vpd", "-2"}, "page code is 0..255"},
 		{[]string{"bench", tgt, "extra"}, "arg(s)"},
 		{[]string{"read", tgt, "extra", "--of", "/dev/null"}, "arg(s)"},
