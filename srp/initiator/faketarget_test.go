@@ -26,20 +26,23 @@ type fakeTarget struct {
 	reject srp.RejectReason // non-zero: reject every login
 	immOK  bool
 
-	acceptMu    sync.Mutex // held from Accept until the conn is in conns
-	mu          sync.Mutex
-	conns       []rdma.Conn
-	logins      []srp.LoginRequest
-	cmds        []srp.Cmd // copies of every SRP_CMD received (CDB only kept by value)
-	tmfs        []srp.TaskMgmt
-	rawIUs      [][]byte
-	held        map[uint64]chan struct{} // tag → release (TEST UNIT READY held)
-	hold        bool
-	ignoreTMF   bool // never answer task management
-	outstanding int
-	maxOut      int
-	credRsps    []uint64
-	aerRsps     []uint64
+	acceptMu  sync.Mutex // held from Accept until the conn is in conns
+	mu        sync.Mutex
+	conns     []rdma.Conn
+	logins    []srp.LoginRequest
+	cmds      []srp.Cmd // copies of every SRP_CMD received (CDB only kept by value)
+	tmfs      []srp.TaskMgmt
+	rawIUs    [][]byte
+	held      map[uint64]chan struct{} // tag → release (TEST UNIT READY held)
+	hold      bool
+	ignoreTMF bool // never answer task management
+	// unitAttentions is how many of the next SRP_CMDs get CHECK CONDITION,
+	// UNIT ATTENTION 29h/00h instead of running.
+	unitAttentions int
+	outstanding    int
+	maxOut         int
+	credRsps       []uint64
+	aerRsps        []uint64
 }
 
 const fakeBlocks = 2048
@@ -314,6 +317,17 @@ func (fc *fakeConn) command(c *srp.Cmd) *srp.Rsp {
 	}
 	var dataIn []byte
 	cdb := c.CDB
+	ft.mu.Lock()
+	ua := ft.unitAttentions > 0
+	if ua {
+		ft.unitAttentions--
+	}
+	ft.mu.Unlock()
+	if ua {
+		// POWER ON, RESET, OR BUS DEVICE RESET OCCURRED; the command did not run.
+		rsp.Status, rsp.Flags, rsp.Sense = StatusCheckCondition, srp.SnsValid, checkCondition(SenseUnitAttention, 0x29, 0x00)
+		return rsp
+	}
 	switch cdb[0] {
 	case 0x00: // TEST UNIT READY
 		ft.mu.Lock()

@@ -768,3 +768,33 @@ func TestASCName(t *testing.T) {
 		}
 	}
 }
+
+// TestRunReissuesUnitAttention: Run re-issues a command answered with UNIT
+// ATTENTION (SPC-4 §5.14: the command was not processed) up to 3 times and
+// reports the 4th; Execute reports the first as it came.
+func TestRunReissuesUnitAttention(t *testing.T) {
+	ft, s := setup(t, nil)
+	ctx := testCtx(t)
+	ft.mu.Lock()
+	ft.unitAttentions = 3
+	ft.mu.Unlock()
+	buf := make([]byte, 512)
+	res, err := s.Run(ctx, &Command{CDB: rw16(opRead16, 0, 1, false), DataIn: [][]byte{buf}})
+	if err != nil || res.Status != StatusGood || res.DataInLen != 512 {
+		t.Fatalf("Run after 3 unit attentions: %v, status %#x, %d bytes", err, res.Status, res.DataInLen)
+	}
+	ft.mu.Lock()
+	ft.unitAttentions = 4
+	ft.mu.Unlock()
+	var se *SenseError
+	if _, err := s.Run(ctx, &Command{CDB: rw16(opRead16, 0, 1, false), DataIn: [][]byte{buf}}); !errors.As(err, &se) || se.Key != SenseUnitAttention || se.ASC != 0x29 {
+		t.Errorf("Run after 4 unit attentions: %v, want UNIT ATTENTION 29h/00h", err)
+	}
+	ft.mu.Lock()
+	ft.unitAttentions = 1
+	ft.mu.Unlock()
+	res, err = s.Execute(ctx, &Command{CDB: rw16(opRead16, 0, 1, false), DataIn: [][]byte{buf}})
+	if err != nil || res.Status != StatusCheckCondition {
+		t.Errorf("Execute with a unit attention pending: %v, status %#x, want CHECK CONDITION", err, res.Status)
+	}
+}

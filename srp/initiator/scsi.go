@@ -29,6 +29,15 @@ const (
 // once per I_T nexus (the SCSI midlayer retries these too).
 const uaRetries = 3
 
+// Run executes cmd as Execute does, then folds a status other than GOOD or
+// CONDITION MET into the error (*SenseError or *StatusError, see
+// Result.Err). A command that got a UNIT ATTENTION did not run; Run re-issues
+// it up to 3 times, as the SCSI midlayer does, so a target's power-on or
+// reset attention (for instance after a reconnect) is not a failure.
+func (s *Session) Run(ctx context.Context, cmd *Command) (Result, error) {
+	return s.run(ctx, cmd)
+}
+
 // run executes cmd and folds a non-GOOD status into the error. A UNIT
 // ATTENTION (power on, reset, mode or capacity change, ...) is logged and the
 // command re-issued.
