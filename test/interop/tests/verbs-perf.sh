@@ -12,6 +12,10 @@ PORT=5556
 ADDR=$RXE_IP:$PORT
 
 rxe_up || die "rxe0 did not come up"
+# RDMA/CM resolves 192.0.2.1 through the IPv4-mapped GID, which the GID
+# table gains shortly after the link comes up.
+wait_for 100 grep -qx '0000:0000:0000:0000:0000:ffff:c000:0201' /sys/class/infiniband/rxe0/ports/1/gids/* ||
+	die "rxe0 has no GID for $RXE_IP"
 cat >"$RUN/srptd.toml" <<TOML
 [target]
 demo_mode = true
