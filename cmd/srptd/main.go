@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,6 +36,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return // -h: usage printed
+		}
 		fmt.Fprintln(os.Stderr, "srptd:", err)
 		os.Exit(1)
 	}

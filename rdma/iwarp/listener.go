@@ -145,7 +145,7 @@ func (l *listener) handshake(nc net.Conn) {
 	nc.SetDeadline(time.Now().Add(d.cfg.HandshakeTimeout))
 	req, err := readMPAFrame(nc, false)
 	if err != nil {
-		d.log.Debug("iwarp: bad MPA request", "remote", nc.RemoteAddr(), "err", err)
+		d.log.Warn("iwarp: bad MPA request", "remote", nc.RemoteAddr(), "err", err)
 		if errors.Is(err, ErrMPAFrame) && req.Revision != 0 {
 			l.refuse(nc, req)
 		}
@@ -154,7 +154,7 @@ func (l *listener) handshake(nc net.Conn) {
 		return
 	}
 	if err := mpaRequestRefused(req); err != nil {
-		d.log.Debug("iwarp: refusing MPA request", "remote", nc.RemoteAddr(), "err", err)
+		d.log.Warn("iwarp: refusing MPA request", "remote", nc.RemoteAddr(), "err", err)
 		l.refuse(nc, req)
 		l.forget(nc)
 		nc.Close()
