@@ -1023,23 +1023,24 @@ type conn struct {
 
 	cmEvents chan cmEvent
 
-	mu        sync.Mutex
-	sendSeq   uint64 // next send sequence number
-	sendDone  uint64 // every send sequence below this has completed
-	sendIDs   []uint64
-	sendOps   []rdma.Opcode
-	reads     int // RDMA READs posted and not yet completed (against ORD)
-	recvSeq   uint64
-	recvDone  uint64
-	recvIDs   []uint64
-	closing   bool
-	destroyed bool
-	err       error
-	done      chan struct{}
-	doneOnce  sync.Once
-	wcs       [64]C.gs_wc
-	sges      []C.struct_ibv_sge
-	wrs       []C.gs_wr
+	mu           sync.Mutex
+	sendSeq      uint64 // next send sequence number
+	sendDone     uint64 // every send sequence below this has completed
+	sendIDs      []uint64
+	sendOps      []rdma.Opcode
+	reads        int // RDMA READs posted and not yet completed (against ORD)
+	recvSeq      uint64
+	recvDone     uint64
+	recvIDs      []uint64
+	closing      bool
+	disconnected bool // rdma_disconnect called
+	destroyed    bool
+	err          error
+	done         chan struct{}
+	doneOnce     sync.Once
+	wcs          [64]C.gs_wc
+	sges         []C.struct_ibv_sge
+	wrs          []C.gs_wr
 }
 
 func (d *Device) newConn(id *C.struct_rdma_cm_id, cfg rdma.QPConfig) (*conn, error) {
@@ -1125,16 +1126,18 @@ func (c *conn) waitEstablished(ctx context.Context) ([]byte, error) {
 // outstanding work flushes, Done closes and Poll is woken.
 func (c *conn) fail(err error) {
 	c.mu.Lock()
-	first := !c.closing
 	c.closing = true
 	if c.err == nil {
 		c.err = err
 	}
-	destroyed := c.destroyed
-	c.mu.Unlock()
-	if first && !destroyed {
+	// Under c.mu, so that destroy cannot free the cm_id in between (the
+	// RDMA/CM event loop calls fail for DISCONNECTED while Poll may be
+	// destroying the drained connection).
+	if !c.disconnected && !c.destroyed {
+		c.disconnected = true
 		C.rdma_disconnect(c.id)
 	}
+	c.mu.Unlock()
 	c.doneOnce.Do(func() { close(c.done) })
 	c.cchF.SetReadDeadline(time.Unix(1, 0))
 }
