@@ -28,7 +28,7 @@ export PATH=$PATH:/usr/local/go/bin
 
 # Enabled by default: the tests that pass reliably (docs/INTEROP.md says why
 # the others are not).
-DEFAULT_TESTS=(lio-baseline srpctl-lio verbs-rxe verbs-srpctl-lio verbs-perf)
+DEFAULT_TESTS=(lio-baseline srpctl-lio srptd-siw tmf perf verbs-rxe verbs-srpctl-lio verbs-perf)
 
 verbose=${GOSRP_INTEROP_VERBOSE:-0}
 tests=()
