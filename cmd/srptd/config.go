@@ -51,6 +51,7 @@ type PortSection struct {
 	ServiceGUID string   `toml:"service_guid"` // 16 hex digits (id_ext = ioc_guid)
 	Device      string   `toml:"device"`       // verbs device name
 	DevicePort  int      `toml:"device_port"`  // verbs port, 1-based
+	BusyPoll    bool     `toml:"busy_poll"`    // verbs: spin on the CQ instead of sleeping
 	MPACRC      bool     `toml:"mpa_crc"`      // iWARP: ask for the MPA CRC32c
 	// CompletionFences (iWARP) completes SEND and RDMA WRITE work only once
 	// the peer proved it placed it (zero-length Read fences); off by

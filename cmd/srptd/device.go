@@ -22,7 +22,7 @@ func openDevice(p PortSection, log *slog.Logger) (dev rdma.Device, nodeGUID uint
 		if !verbs.Built {
 			return nil, 0, errors.New("transport \"verbs\": this srptd was built without RDMA verbs support (rebuild with cgo and -tags verbs)")
 		}
-		d, err := verbs.Open(verbs.Config{DeviceName: p.Device, Port: p.DevicePort, Logger: log})
+		d, err := verbs.Open(verbs.Config{DeviceName: p.Device, Port: p.DevicePort, BusyPoll: p.BusyPoll, Logger: log})
 		if err != nil {
 			return nil, 0, fmt.Errorf("transport \"verbs\": %w", err)
 		}
