@@ -18,6 +18,9 @@
 #   GOSRP_INTEROP_CPUS     guest vCPUs (default 2)
 #   GOSRP_INTEROP_ACCEL    tcg (default) or kvm (hosts with real VT-x/AMD-V)
 #   GOSRP_INTEROP_VERBOSE  1: same as -v
+#   GOSRP_INTEROP_RETRIES  boots a failed test again up to this many times
+#                          (default 1); a test that passes only on a retry is
+#                          reported FLAKY, with the failed attempt's logs kept
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,7 +31,7 @@ export PATH=$PATH:/usr/local/go/bin
 
 # Enabled by default: the tests that pass reliably (docs/INTEROP.md says why
 # the others are not).
-DEFAULT_TESTS=(lio-baseline srpctl-lio srptd-siw tmf perf verbs-rxe verbs-srpctl-lio verbs-perf)
+DEFAULT_TESTS=(lio-baseline srpctl-lio srptd-siw tmf conformance perf verbs-rxe verbs-srpctl-lio verbs-perf)
 
 verbose=${GOSRP_INTEROP_VERBOSE:-0}
 tests=()
@@ -151,35 +154,50 @@ failed=0
 VM_PID=
 # an interrupted run takes its VM down with it (timeout passes the TERM on to qemu)
 trap '[ -z "$VM_PID" ] || kill -TERM "$VM_PID" 2>/dev/null; say "interrupted; logs in $LOGS"; exit 130' INT TERM
+retries=${GOSRP_INTEROP_RETRIES:-1}
 for t in "${tests[@]}"; do
-	dir=$LOGS/$t
-	mkdir -p "$dir"
-	say "$t: booting VM (${accel}, logs $dir)"
-	s=$SECONDS
-	run_vm "$t" "$dir"
-	secs[$t]=$((SECONDS - s))
-	rc=$(tr -dc '0-9' <"$dir/rc" 2>/dev/null || true)
-	case ${rc:-none} in
-	0) result[$t]=PASS ;;
-	77) result[$t]=SKIP ;;
-	none) result[$t]=FAIL; echo "guest did not report a status (died or hung)" >>"$dir/output.log" ;;
-	124) result[$t]=FAIL; echo "test timed out" >>"$dir/output.log" ;;
-	*) result[$t]=FAIL ;;
-	esac
-	figs[$t]=$(paste -sd' ' "$dir/figures" 2>/dev/null || true)
-	if grep -aqE 'BUG:|Oops|Kernel panic|general protection' "$dir/console.log" "$dir/dmesg.txt" 2>/dev/null; then
-		figs[$t]="${figs[$t]} [kernel BUG/Oops in dmesg]"
-	fi
-	say "$t: ${result[$t]} in ${secs[$t]} s"
-	if [ "${result[$t]}" = FAIL ]; then
-		failed=1
-		if [ "$verbose" != 1 ]; then
-			echo "---- $t: last lines of $dir/output.log"
-			tail -n 40 "$dir/output.log"
+	attempt=0
+	while :; do
+		dir=$LOGS/$t
+		[ $attempt = 0 ] || dir=$LOGS/$t.retry$attempt
+		mkdir -p "$dir"
+		say "$t: booting VM (${accel}, logs $dir)"
+		s=$SECONDS
+		run_vm "$t" "$dir"
+		secs[$t]=$((SECONDS - s))
+		rc=$(tr -dc '0-9' <"$dir/rc" 2>/dev/null || true)
+		case ${rc:-none} in
+		0) result[$t]=PASS ;;
+		77) result[$t]=SKIP ;;
+		none) result[$t]=FAIL; echo "guest did not report a status (died or hung)" >>"$dir/output.log" ;;
+		124) result[$t]=FAIL; echo "test timed out" >>"$dir/output.log" ;;
+		*) result[$t]=FAIL ;;
+		esac
+		figs[$t]=$(paste -sd' ' "$dir/figures" 2>/dev/null || true)
+		if grep -aqE 'BUG:|Oops|Kernel panic|general protection' "$dir/console.log" "$dir/dmesg.txt" 2>/dev/null; then
+			figs[$t]="${figs[$t]} [kernel BUG/Oops in dmesg]"
 		fi
-		[ -s "$dir/rc" ] || { echo "---- $t: console"; tail -n 30 "$dir/console.log"; }
-		echo "---- $t: logs in $dir (output.log, dmesg.txt, console.log)"
-	fi
+		say "$t: ${result[$t]} in ${secs[$t]} s"
+		if [ "${result[$t]}" = FAIL ]; then
+			if [ "$verbose" != 1 ]; then
+				echo "---- $t: last lines of $dir/output.log"
+				tail -n 40 "$dir/output.log"
+			fi
+			[ -s "$dir/rc" ] || { echo "---- $t: console"; tail -n 30 "$dir/console.log"; }
+			echo "---- $t: logs in $dir (output.log, dmesg.txt, console.log)"
+		fi
+		if [ "${result[$t]}" = FAIL ] && [ $attempt -lt "$retries" ]; then
+			attempt=$((attempt + 1))
+			say "$t: failed; booting it again (attempt $((attempt + 1)))"
+			continue
+		fi
+		if [ "${result[$t]}" = PASS ] && [ $attempt -gt 0 ]; then
+			result[$t]=FLAKY
+			figs[$t]="${figs[$t]} [failed first: $LOGS/$t]"
+		fi
+		break
+	done
+	[ "${result[$t]}" != FAIL ] || failed=1
 done
 
 echo
