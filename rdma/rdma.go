@@ -210,6 +210,38 @@ type QPConfig struct {
 	// (responder resources); ORD how many we may have outstanding (initiator
 	// depth). Negotiated down to the peer's values at connection time.
 	IRD, ORD int
+	// SRQ, when set, makes the queue pair take its receive buffers from this
+	// shared receive queue (ibv_qp_init_attr.srq): RecvDepth is ignored,
+	// Conn.PostRecv fails with ErrInvalidWR, and each SEND that arrives
+	// consumes the SRQ's oldest posted buffer, its completion (with that
+	// buffer's RecvWR.ID) delivered through this Conn's Poll. Closing or
+	// losing the Conn flushes only its own consumed-but-uncompleted
+	// receives; buffers still in the SRQ stay there. The SRQ must come from
+	// the same Device.
+	SRQ SRQ
+}
+
+// SRQDevice is an optional ability of a Device: shared receive queues
+// (ibv_create_srq), one pool of receive buffers serving many queue pairs, as
+// ib_srpt uses one per HCA port (use_srq) to save memory with many channels.
+type SRQDevice interface {
+	// CreateSRQ creates a shared receive queue holding at most depth posted
+	// receive work requests (ibv_srq_attr.max_wr).
+	CreateSRQ(depth int) (SRQ, error)
+}
+
+// SRQ is a shared receive queue.
+type SRQ interface {
+	// PostRecv posts receive buffers (their MRs need AccessLocalWrite). It
+	// fails with ErrQueueFull past the depth, ErrClosed after Close, or
+	// ErrInvalidWR for a malformed request, posting none of the remainder.
+	PostRecv(wrs ...RecvWR) error
+	// Posted is how many buffers are posted and not yet consumed.
+	Posted() int
+	// Close destroys the SRQ (ibv_destroy_srq); buffers still posted are
+	// released without completions. Queue pairs using it must be closed
+	// first, else it fails. Safe to call more than once.
+	Close() error
 }
 
 // Caps are a connected QP's negotiated limits.
