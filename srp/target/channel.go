@@ -114,6 +114,8 @@ type channel struct {
 	pendClose  bool  // a T_LOGOUT (or LOGIN_REJ) SEND must go out before the disconnect
 	recvLens   []int // received bytes per receive slot
 	warnedLim  bool
+	badIUs     int // unexpected IUs received (unexpectedIU)
+	stats      chanStats
 	inRunWait  bool
 	prePosted  bool                        // the receive ring was posted by AcceptRecv
 	pool       map[int][]rdma.MemoryRegion // free data buffers by size class
@@ -326,8 +328,17 @@ func (c *channel) requestClose(kind closeKind, reason srp.TLogoutReason, why str
 
 func (c *channel) info() SessionInfo {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.snap
+	in := c.snap
+	c.mu.Unlock()
+	st := &c.stats
+	in.Commands = st.commands.Load()
+	in.ReadBytes = st.readBytes.Load()
+	in.WriteBytes = st.writeBytes.Load()
+	in.Errors = st.errors.Load()
+	in.CheckConditions = st.checkConditions.Load()
+	in.TMFs = st.tmfs.Load()
+	in.MaxOutstanding = int(st.maxOutstanding.Load())
+	return in
 }
 
 func (c *channel) recvSlot(i int) []byte {
@@ -585,6 +596,7 @@ func (c *channel) onCompletion(wc *rdma.Completion) {
 	rec := c.wrs[wc.ID]
 	if rec == nil {
 		if wc.Status != rdma.StatusSuccess && wc.Status != rdma.StatusFlushed {
+			c.stats.errors.Add(1)
 			c.log.Warn("work request failed", "op", wc.Op, "status", wc.Status, "err", wc.Err)
 			c.closeNow("work request failed")
 		} else if wc.ID != wrSendBit {
@@ -599,6 +611,7 @@ func (c *channel) onCompletion(wc *rdma.Completion) {
 	}
 	if wc.Status != rdma.StatusSuccess {
 		if wc.Status != rdma.StatusFlushed {
+			c.stats.errors.Add(1)
 			c.log.Warn("work request failed", "op", wc.Op, "status", wc.Status, "err", wc.Err)
 		}
 		c.closeNow("work request failed")
@@ -629,6 +642,7 @@ func (c *channel) onRecv(wc *rdma.Completion) {
 	slot := int(wc.ID)
 	if wc.Status != rdma.StatusSuccess {
 		if wc.Status != rdma.StatusFlushed {
+			c.stats.errors.Add(1)
 			c.log.Warn("receive failed", "status", wc.Status, "err", wc.Err)
 			c.closeNow("receive failed")
 		}
@@ -680,6 +694,9 @@ func (c *channel) runWait() {
 		}
 		c.wait = c.wait[1:]
 	}
+	// Credit given back while dispatching (an IU that needs no response)
+	// may need an SRP_CRED_REQ now that nothing is parked.
+	c.maybeCredReq()
 }
 
 // dispatch starts one IU. It returns false when the IU must stay parked
@@ -687,6 +704,7 @@ func (c *channel) runWait() {
 func (c *channel) dispatch(slot int) bool {
 	b := c.iu(slot)
 	if len(b) == 0 {
+		c.stats.errors.Add(1)
 		c.log.Warn("empty IU")
 		c.postRecv(slot)
 		return true
@@ -704,9 +722,14 @@ func (c *channel) dispatch(slot int) bool {
 		send := c.freeSend[len(c.freeSend)-1]
 		c.freeSend = c.freeSend[:len(c.freeSend)-1]
 		c.nCmds++
+		if int64(c.nCmds) > c.stats.maxOutstanding.Load() {
+			c.stats.maxOutstanding.Store(int64(c.nCmds))
+		}
 		if op == srp.OpCmd {
+			c.stats.commands.Add(1)
 			c.startCmd(slot, send, b)
 		} else {
+			c.stats.tmfs.Add(1)
 			c.startTMF(slot, send, b)
 		}
 	case srp.OpILogout:
@@ -720,11 +743,37 @@ func (c *channel) dispatch(slot int) bool {
 		c.postRecv(slot)
 		c.maybeCredReq()
 	default:
-		c.log.Warn("unexpected IU; logging out the channel", "op", op, "len", len(b))
-		c.postRecv(slot)
-		c.logout(srp.TLogoutInvalidIUType, "invalid IU type "+op.String())
+		c.unexpectedIU(slot, op, len(b))
 	}
 	return true
+}
+
+// unexpectedIU applies the policy for an IU a target port does not accept
+// on a live channel: an unknown opcode, or a misdirected one (an IU the
+// target itself sends, such as SRP_RSP or SRP_LOGIN_RSP, or a second
+// SRP_LOGIN_REQ). The first one is logged and its credit handed back (the
+// next SRP_RSP or an SRP_CRED_REQ carries it), so req_lim stays what the
+// initiator expects; a second one on the same channel gets SRP_T_LOGOUT
+// with reason 2 (invalid IU type code; T10 SRP r16a §6.6) and the channel
+// closes. Linux ib_srpt (srpt_handle_new_iu) logs "received IU with
+// unknown opcode", reposts the buffer and keeps the credit, forever.
+func (c *channel) unexpectedIU(slot int, op srp.Opcode, n int) {
+	c.postRecv(slot)
+	c.stats.errors.Add(1)
+	c.badIUs++
+	opcode := fmt.Sprintf("0x%02x", uint8(op))
+	if c.badIUs == 1 {
+		// Only a request the initiator paid for is paid back: when it held
+		// no credit it spent none.
+		if c.cred.request() {
+			c.cred.release()
+		}
+		c.log.Warn("unexpected IU ignored, credit returned; another one closes the channel", "opcode", opcode, "op", op, "len", n)
+		c.maybeCredReq()
+		return
+	}
+	c.log.Warn("second unexpected IU on the channel; logging it out", "opcode", opcode, "op", op, "len", n, "count", c.badIUs)
+	c.logout(srp.TLogoutInvalidIUType, "unexpected IU "+opcode)
 }
 
 // freeSendCtx returns a response send context and replays parked IUs.

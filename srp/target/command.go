@@ -53,6 +53,7 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 	}
 	if err := iu.UnmarshalImm(b, imm); err != nil {
 		if len(b) < 16 {
+			c.stats.errors.Add(1)
 			// Not even a tag to answer to: drop it and give its credit back.
 			c.log.Warn("truncated SRP_CMD dropped", "len", len(b), "err", err)
 			c.cred.release()
@@ -60,6 +61,7 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 			return
 		}
 		cmd.tag = binary.BigEndian.Uint64(b[8:16])
+		c.stats.errors.Add(1)
 		c.log.Warn("malformed SRP_CMD", "tag", cmd.tag, "err", err)
 		c.respond(cmd, statusCheckCondition, senseInvalidFieldInCDB, 0, 0)
 		return
@@ -67,12 +69,14 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 	cmd.tag, cmd.lun, cmd.attr = iu.Tag, iu.LUN, scsi.TaskAttr(iu.TaskAttr)
 	cmd.cdb = iu.CDB
 	if old := c.cmds[cmd.tag]; old != nil {
+		c.stats.errors.Add(1)
 		c.log.Warn("SRP_CMD reuses an outstanding tag", "tag", cmd.tag)
 		c.respond(cmd, statusCheckCondition, senseOverlapped, 0, 0)
 		return
 	}
 	c.cmds[cmd.tag] = cmd
 	if bad := c.checkData(cmd, &iu); bad != "" {
+		c.stats.errors.Add(1)
 		c.log.Warn("rejecting SRP_CMD data descriptors", "tag", cmd.tag, "why", bad)
 		c.respond(cmd, statusCheckCondition, senseInvalidFieldInCDB, 0, 0)
 		return
@@ -258,6 +262,7 @@ func (c *channel) execute(cmd *command) {
 	}
 	cmd.state = cmdExec
 	c.executing++
+	c.stats.writeBytes.Add(uint64(len(cmd.dataOut)))
 	sc := &scsi.Command{Tag: cmd.tag, LUN: cmd.lun, CDB: cmd.cdb, Attr: cmd.attr, DataOut: cmd.dataOut, DataIn: cmd.dataIn}
 	sess, ctx := c.nx.sess, c.ctx
 	go func() {
@@ -297,6 +302,7 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 		flags |= srp.DataInUnder
 		inRes = uint32(cmd.inLen - n)
 	}
+	c.stats.readBytes.Add(uint64(n))
 	var writes []rdma.SendWR
 	left, off := n, 0
 	for _, d := range cmd.in {
@@ -342,6 +348,9 @@ func (c *channel) respondWith(cmd *command, status byte, sense []byte, flags srp
 	if len(sense) > 0 {
 		flags |= srp.SnsValid
 	}
+	if status == statusCheckCondition {
+		c.stats.checkConditions.Add(1)
+	}
 	rsp := srp.Rsp{
 		ReqLimDelta:   uint32(c.cred.response()),
 		Tag:           cmd.tag,
@@ -366,12 +375,14 @@ func (c *channel) startTMF(slot, send int, b []byte) {
 	t := &tmfOp{slot: slot, send: send}
 	if err := t.tm.Unmarshal(b); err != nil {
 		if len(b) < 16 {
+			c.stats.errors.Add(1)
 			c.log.Warn("truncated SRP_TSK_MGMT dropped", "len", len(b))
 			c.cred.release()
 			c.freeTMF(t)
 			return
 		}
 		t.tm.Tag = binary.BigEndian.Uint64(b[8:16])
+		c.stats.errors.Add(1)
 		c.log.Warn("malformed SRP_TSK_MGMT", "tag", t.tm.Tag, "err", err)
 		t.code = srp.TMFRspInvalidIU
 		c.sendTMFRsp(t)

@@ -38,9 +38,18 @@
 //     response (aborted commands, IUs too short to carry a tag) is carried
 //     by the next SRP_RSP, or by an SRP_CRED_REQ when nothing is
 //     outstanding to carry it.
-//   - SRP_I_LOGOUT closes the channel. An unknown IU type gets SRP_T_LOGOUT
-//     with reason 2 (invalid IU type) and the channel closes. SRP_CRED_RSP
-//     and SRP_AER_RSP are accepted and spend no credit.
+//   - SRP_I_LOGOUT closes the channel. SRP_CRED_RSP and SRP_AER_RSP are
+//     accepted and spend no credit.
+//   - Unknown or misdirected IUs (an unknown type code, an IU only a target
+//     sends such as SRP_RSP or SRP_LOGIN_RSP, a second SRP_LOGIN_REQ): the
+//     first on a channel is logged with the channel number and opcode, its
+//     receive buffer reposted and its credit handed back (next SRP_RSP, or
+//     an SRP_CRED_REQ when nothing is outstanding), so req_lim never leaks;
+//     the second gets SRP_T_LOGOUT with reason 2 (invalid IU type code) and
+//     the channel closes. ib_srpt (srpt_handle_new_iu) logs "received IU
+//     with unknown opcode" or "Received SRP_RSP", reposts the buffer and
+//     keeps the channel open, but never returns the credit its receive
+//     path took (srpt_recv_done decrements req_lim for every IU).
 //   - The multichannel rejection (0x10005) and unsupported-buffer-format
 //     rejection (0x10004) are checked; ib_srpt checks neither.
 //   - IU-form logins (empty private data) set up the receive ring before the

@@ -255,13 +255,26 @@ func TestMalformedCommands(t *testing.T) {
 	if code, ok := r.TMFCode(); !ok || code != 0x02 || r.Tag != 30 {
 		t.Fatalf("truncated TMF: %+v", r)
 	}
-	// An IU too short to carry a tag is dropped; its credit comes back with
-	// the next response.
+	// An IU too short to carry a tag is dropped; its credit comes back in
+	// an SRP_CRED_REQ (nothing is outstanding), or with the next response
+	// if that command was already in.
 	i.send([]byte{0x02, 0, 0, 0})
 	i.sendIU(&srp.Cmd{Tag: 40, CDB: make([]byte, 16)})
-	r = i.rspIU()
-	if r.Tag != 40 || r.ReqLimDelta != 2 {
-		t.Fatalf("after dropped IU: %+v", r)
+	want := uint32(2)
+	if b := i.next(); b[0] == 0x81 {
+		if len(b) != 16 || binary.BigEndian.Uint32(b[4:]) != 1 {
+			t.Fatalf("CRED_REQ % x, want delta 1", b)
+		}
+		i.sendIU(&srp.CredRsp{Tag: binary.BigEndian.Uint64(b[8:])})
+		want = 1
+		r = i.rspIU()
+	} else if r2, err := srp.UnmarshalRsp(b); err != nil {
+		t.Fatalf("got % x: %v", b, err)
+	} else {
+		r = r2
+	}
+	if r.Tag != 40 || r.ReqLimDelta != want {
+		t.Fatalf("after dropped IU: %+v, want req_lim_delta %d", r, want)
 	}
 	// A command reusing an outstanding tag: ABORTED COMMAND, OVERLAPPED
 	// COMMANDS ATTEMPTED.
@@ -279,15 +292,112 @@ func TestMalformedCommands(t *testing.T) {
 	checkGood(t, i.rspIU(), 50)
 }
 
-// TestUnknownOpcode: an IU with an unknown type code gets SRP_T_LOGOUT
-// reason 2 (invalid IU type) and the channel closes.
+// TestUnknownOpcode: each kind of IU a target never accepts on a live
+// channel (unknown type codes, target-to-initiator IUs, a second login) is
+// ignored the first time, with its credit handed back; the second one on
+// the channel gets SRP_T_LOGOUT reason 2 (invalid IU type code) and the
+// channel closes.
 func TestUnknownOpcode(t *testing.T) {
-	e := newEnv(t, nil)
-	i := e.login(defaultLogin())
-	i.send(append([]byte{0x77}, make([]byte, 15)...))
-	ius := i.waitClosed()
-	if len(ius) != 1 || !bytes.Equal(ius[0][:8], []byte{0x80, 0, 0, 0, 0, 0, 0, 2}) {
-		t.Fatalf("got % x", ius)
+	iu := func(op byte, n int) []byte { b := make([]byte, n); b[0] = op; b[15] = 9; return b }
+	for _, tc := range []struct {
+		name string
+		iu   []byte
+	}{
+		{"unknown 0x77", iu(0x77, 16)},
+		{"unknown 0xff", iu(0xff, 64)},
+		{"SRP_T_LOGOUT", iu(0x80, 16)},
+		{"SRP_CRED_REQ", iu(0x81, 16)},
+		{"SRP_AER_REQ", iu(0x82, 36)},
+		{"SRP_LOGIN_RSP", iu(0xc0, 52)},
+		{"SRP_RSP", iu(0xc1, 36)},
+		{"SRP_LOGIN_REJ", iu(0xc2, 32)},
+		{"SRP_LOGIN_REQ", iu(0x00, 64)},
+		{"one byte", []byte{0x99}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			i := e.login(defaultLogin())
+			i.send(tc.iu)
+			// Nothing outstanding carries the credit: an SRP_CRED_REQ with
+			// req_lim_delta 1 does.
+			b := i.next()
+			if len(b) != 16 || b[0] != 0x81 || binary.BigEndian.Uint32(b[4:]) != 1 {
+				t.Fatalf("want SRP_CRED_REQ delta 1, got % x", b)
+			}
+			i.sendIU(&srp.CredRsp{Tag: binary.BigEndian.Uint64(b[8:])})
+			i.sendIU(&srp.Cmd{Tag: 1, CDB: make([]byte, 16)})
+			if r := i.rspIU(); r.Tag != 1 || r.ReqLimDelta != 1 || r.Status != 0 {
+				t.Fatalf("rsp %+v", r)
+			}
+			i.send(tc.iu)
+			ius := i.waitClosed()
+			want := []byte{0x80, 0, 0, 0, 0, 0, 0, 2}
+			if len(ius) != 1 || len(ius[0]) != 16 || !bytes.Equal(ius[0][:8], want) {
+				t.Fatalf("got % x, want one SRP_T_LOGOUT reason 2", ius)
+			}
+		})
+	}
+}
+
+// TestUnknownOpcodeCredit: the credit of an unexpected IU rides on the next
+// SRP_RSP when a command is outstanding, and is not handed back when the
+// initiator held none to spend; either way req_lim ends where it began.
+func TestUnknownOpcodeCredit(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		rq           int // req_lim at login
+		before       int // commands outstanding before the unexpected IU
+		after        int // commands sent after it
+		wantDeltaSum uint32
+	}{
+		// req_lim 3: cmd, unexpected IU (spends and gets back one), cmd:
+		// the two responses return 1 + 1 + the unexpected IU's credit.
+		{"credit returned", 3, 1, 1, 3},
+		// req_lim 2, both spent: the unexpected IU spent nothing and gets
+		// nothing back.
+		{"no credit held", 2, 2, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(c *Config) { c.RQSize = tc.rq })
+			release := make(chan struct{})
+			e.core.setHook(func(ctx context.Context, cmd *scsi.Command) (scsi.Result, bool) {
+				<-release
+				return scsi.Result{}, true
+			})
+			i := e.login(defaultLogin())
+			outstanding := func(n int) {
+				waitFor(t, e, func() bool { s := e.port.Sessions(); return len(s) == 1 && s[0].Outstanding == n })
+			}
+			tag := uint64(0)
+			for range tc.before {
+				tag++
+				i.sendIU(&srp.Cmd{Tag: tag, CDB: make([]byte, 16)})
+			}
+			outstanding(tc.before)
+			i.send(append([]byte{0x55}, make([]byte, 15)...))
+			waitFor(t, e, func() bool { s := e.port.Sessions(); return len(s) == 1 && s[0].Errors == 1 })
+			for range tc.after {
+				tag++
+				i.sendIU(&srp.Cmd{Tag: tag, CDB: make([]byte, 16)})
+			}
+			outstanding(tc.before + tc.after)
+			close(release)
+			var sum uint32
+			for range tag {
+				r := i.rspIU()
+				if r.ReqLimDelta == 0 {
+					t.Fatalf("rsp %+v: req_lim_delta 0", r)
+				}
+				sum += r.ReqLimDelta
+			}
+			if sum != tc.wantDeltaSum {
+				t.Fatalf("req_lim_deltas sum to %d, want %d", sum, tc.wantDeltaSum)
+			}
+			waitFor(t, e, func() bool { s := e.port.Sessions(); return len(s) == 1 && s[0].Outstanding == 0 })
+			if s := e.port.Sessions(); s[0].ReqLim != tc.rq {
+				t.Fatalf("req_lim %d, want %d", s[0].ReqLim, tc.rq)
+			}
+		})
 	}
 }
 

@@ -174,15 +174,25 @@ func (p *Port) Close(ctx context.Context) error {
 	}
 }
 
-// SessionInfo describes one channel for the admin API.
+// SessionInfo describes one channel for the admin API. The counters run
+// from the channel's login; they are read without stopping the channel, so
+// two of them may be one event apart.
 type SessionInfo struct {
 	Channel       uint64 // channel number, unique within the port
 	InitiatorPort string // 32 hex digits
 	Remote        string // transport address of the initiator
 	State         string // channel state (LIVE, ...)
-	ReqLim        int    // credits the initiator holds, in IUs
-	Outstanding   int    // commands in progress
+	ReqLim        int    // credits the initiator holds (req_lim), in IUs
+	Outstanding   int    // SRP_CMDs and SRP_TSK_MGMTs in progress
 	Immediate     bool   // immediate data negotiated
+
+	Commands        uint64 // SRP_CMDs received
+	ReadBytes       uint64 // data-in bytes sent to the initiator (RDMA WRITE)
+	WriteBytes      uint64 // data-out bytes taken from the initiator (RDMA READ or immediate data)
+	Errors          uint64 // unexpected or malformed IUs and failed work requests
+	CheckConditions uint64 // SRP_RSPs sent with status CHECK CONDITION
+	TMFs            uint64 // SRP_TSK_MGMTs received
+	MaxOutstanding  int    // most SRP_CMDs and SRP_TSK_MGMTs in progress at once
 }
 
 // Sessions lists the port's channels.

@@ -24,6 +24,7 @@ import (
 //	tmf tag=N fn=0xNN [task=N] [lun=N]
 //	raw HEX                               (an IU as bytes)
 //	rsp tag=N [status=0xNN] [flags=0xNN] [delta=N] [dout=N] [din=N] [sense=K/ASC/ASCQ] [code=N] [len=N]
+//	credreq delta=N                       (answered with SRP_CRED_RSP)
 //	tlogout reason=N
 //	closed                                (the connection goes down)
 func TestTranscripts(t *testing.T) {
@@ -212,6 +213,14 @@ func runTranscript(t *testing.T, text string) {
 					t.Fatalf("%s: sense % x", where, r.Sense)
 				}
 			}
+		case "credreq":
+			// An SRP_CRED_REQ (16 bytes, opcode 0x81, req_lim_delta at byte
+			// 4); the initiator answers with an SRP_CRED_RSP of its tag.
+			b := i.next()
+			if len(b) != 16 || b[0] != 0x81 || uint64(binary.BigEndian.Uint32(b[4:])) != num(t, m["delta"]) {
+				t.Fatalf("%s: got % x", where, b)
+			}
+			i.sendIU(&srp.CredRsp{Tag: binary.BigEndian.Uint64(b[8:])})
 		case "tlogout":
 			b := i.next()
 			if len(b) != 16 || b[0] != 0x80 || uint64(binary.BigEndian.Uint32(b[4:])) != num(t, m["reason"]) {

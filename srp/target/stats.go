@@ -1,0 +1,16 @@
+package target
+
+import "sync/atomic"
+
+// chanStats are the counters of one channel. The loop goroutine writes
+// them; Port.Sessions reads them from any goroutine. Each is one atomic
+// add on the path it counts.
+type chanStats struct {
+	commands        atomic.Uint64 // SRP_CMDs received
+	readBytes       atomic.Uint64 // data-in bytes sent (RDMA WRITE)
+	writeBytes      atomic.Uint64 // data-out bytes received (RDMA READ or immediate)
+	errors          atomic.Uint64 // unexpected or malformed IUs, failed work requests
+	checkConditions atomic.Uint64 // SRP_RSPs with status CHECK CONDITION
+	tmfs            atomic.Uint64 // SRP_TSK_MGMTs received
+	maxOutstanding  atomic.Int64  // most commands and TMFs in progress at once
+}
