@@ -4,7 +4,8 @@
 # the kernel), then drives it with srpctl: login, luns, inquiry, readcap, a
 # random file written and read back, a raw CDB, task management, a 2 s
 # benchmark, FUSE attach + losetup + mkfs.ext4 + mount + fsck (root only),
-# and finally kills srptd under I/O and checks srpctl fails with a clear
+# fstree.sh (the Go source tree on ext4 over a file-backed LUN, checked
+# file by file after an srptd restart; root only), and finally kills srptd under I/O and checks srpctl fails with a clear
 # error. Every step is bounded with timeout(1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -150,6 +151,9 @@ if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] && command -v mkfs.ext4 >/dev/null && 
 else
   step "attach skipped (needs root, /dev/fuse, losetup, mkfs.ext4)"
 fi
+
+step "source tree on ext4 across an srptd restart (fstree.sh)"
+SRPTD="$W/srptd" SRPCTL="$SRPCTL" timeout 900 test/e2e/fstree.sh || fail "fstree.sh"
 
 step "kill srptd under I/O"
 timeout 60 "$SRPCTL" bench "$TARGET" --runtime 20s --rw randread --qd 8 --size 16m \
