@@ -70,6 +70,9 @@
 //     provider started for them exits (checked against the goroutine count
 //     before the factory was called, with a deadline).
 //
+// Shared receive queues are optional (rdma.SRQDevice); the SRQ subtests
+// skip on a provider without them (see srq.go for what they expect).
+//
 // Both directions are exercised: the dialer (an SRP initiator) and the
 // acceptor (an SRP target, which issues the RDMA READs and WRITEs) each act as
 // requester. Subtests run sequentially (the goroutine check needs it; do not
@@ -169,6 +172,12 @@ func RunWith(t *testing.T, f Factory, opts Options) {
 		{"Queue/RecvFull", testRecvQueueFull},
 		{"Queue/ORD", testORD},
 		{"InvalidWR", testInvalidWR},
+		{"SRQ/Shared", testSRQShared},
+		{"SRQ/PostRecv", testSRQPostRecv},
+		{"SRQ/Depth", testSRQDepth},
+		{"SRQ/CloseConn", testSRQCloseConn},
+		{"SRQ/Close", testSRQClose},
+		{"SRQ/Empty", testSRQEmpty},
 		{"Deregister", testDeregister},
 		{"Close/Dialer", testClose(true)},
 		{"Close/Acceptor", testClose(false)},
