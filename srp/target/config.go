@@ -19,6 +19,8 @@ const (
 	DefaultMaxRDMASize = 1 << 20 // bytes per RDMA READ/WRITE work request
 	DefaultMaxDataLen  = 16 << 20
 	DefaultMaxChannels = 16
+	// DefaultMaxTotalChannels bounds the channels of one port.
+	DefaultMaxTotalChannels = 1024
 )
 
 // Config configures one SRP target port. Zero fields take the defaults
@@ -55,6 +57,19 @@ type Config struct {
 	// MaxChannels is the most channels one I_T nexus may open (LOGIN_REJ
 	// 0x10006 beyond it).
 	MaxChannels int
+	// MaxTotalChannels is the most channels the port holds at once, over
+	// all I_T nexuses, counting channels still draining (they keep their
+	// rings until released) and connections whose IU-form login has not
+	// arrived yet. Beyond it a login is refused with LOGIN_REJ 0x10001
+	// (insufficient RDMA channel resources, T10 SRP r16a §6.4 table 11:
+	// the port's resources, not the initiator's quota that 0x10006 names).
+	// Without a shared receive queue each channel registers a receive ring
+	// of 2*RQSize+4 buffers of MaxReqSize bytes rounded up to 512 (with
+	// the defaults 260 × 8704 bytes ≈ 2.2 MiB) and a send ring of RQSize+2
+	// buffers of MaxRspSize bytes (≈ 33 KiB), so the default bound is
+	// about 2.3 GiB of registered memory; lower it, or use UseSRQ, on
+	// small hosts. 0 means DefaultMaxTotalChannels.
+	MaxTotalChannels int
 	// NoMultichannel refuses MULTI logins (LOGIN_REJ 0x10005).
 	NoMultichannel bool
 	// NoImmediateData refuses SRP-2 immediate data (IMMED_SUPP is not set in
@@ -95,6 +110,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxChannels == 0 {
 		c.MaxChannels = DefaultMaxChannels
 	}
+	if c.MaxTotalChannels == 0 {
+		c.MaxTotalChannels = DefaultMaxTotalChannels
+	}
 	if c.RelativePort == 0 {
 		c.RelativePort = 1
 	}
@@ -125,6 +143,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_data_len: %d bytes out of range 4096..%d", c.MaxDataLen, 1<<30)
 	case c.MaxChannels < 1:
 		return fmt.Errorf("max_channels: %d must be at least 1", c.MaxChannels)
+	case c.MaxTotalChannels < 1:
+		return fmt.Errorf("max_total_channels: %d must be at least 1", c.MaxTotalChannels)
 	}
 	return nil
 }

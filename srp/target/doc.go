@@ -50,6 +50,8 @@
 //     with unknown opcode" or "Received SRP_RSP", reposts the buffer and
 //     keeps the channel open, but never returns the credit its receive
 //     path took (srpt_recv_done decrements req_lim for every IU).
+//   - Config.MaxTotalChannels bounds the channels of the port (ib_srpt has
+//     no such bound); logins beyond it get LOGIN_REJ 0x10001.
 //   - The multichannel rejection (0x10005) and unsupported-buffer-format
 //     rejection (0x10004) are checked; ib_srpt checks neither.
 //   - IU-form logins (empty private data) set up the receive ring before the

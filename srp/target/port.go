@@ -294,6 +294,14 @@ func (p *Port) acceptIUForm(ctx context.Context, req rdma.ConnRequest, log *slog
 		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
 		return
 	}
+	p.mu.Lock()
+	n := len(p.channels)
+	p.mu.Unlock()
+	if n >= p.cfg.MaxTotalChannels {
+		log.Warn("connection refused: the port holds its most channels (max_total_channels)", "channels", n, "max_total_channels", p.cfg.MaxTotalChannels)
+		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
+		return
+	}
 	c, err := p.newChannel(nil, log)
 	if err != nil {
 		log.Error("channel setup failed", "err", err)
@@ -408,6 +416,20 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 		if len(pl.terminate) > 0 {
 			pl.rspFlags |= srp.LoginRspTerminated
 		}
+	}
+	// Channels this SINGLE login replaces are about to go; everything else
+	// that holds rings counts, IU-form connections awaiting their login
+	// (which were counted when they connected) aside.
+	total := -len(pl.terminate)
+	for c := range p.channels {
+		if c.nx != nil {
+			total++
+		}
+	}
+	if total >= p.cfg.MaxTotalChannels {
+		log.Warn("login rejected: the port holds its most channels (max_total_channels)", "initiator", key, "channels", total, "max_total_channels", p.cfg.MaxTotalChannels)
+		p.dropNexusLocked(nx)
+		return nil, srp.RejInsufficientResources
 	}
 	pl.nx = nx
 	return pl, 0
