@@ -72,7 +72,7 @@ fi
 BIN=$CACHE/bin
 rm -rf "$BIN" && mkdir -p "$BIN"
 cmds=()
-for c in srptd srpctl; do   # a command without Go files yet is not built (its tests SKIP)
+for c in srptd srpctl gorping; do   # a command without Go files yet is not built (its tests SKIP)
 	compgen -G "$ROOT/cmd/$c/*.go" >/dev/null && cmds+=("./cmd/$c")
 done
 if [ ${#cmds[@]} -gt 0 ]; then
