@@ -73,7 +73,10 @@ type Result struct {
 	Aborted bool
 }
 
-// TMF is a task management function (SAM-5 §7; SRP_TSK_MGMT tsk_mgmt_func).
+// TMF is a task management function (SAM-5 §7). The values are the SRP_TSK_MGMT
+// tsk_mgmt_func codes (T10 SRP r16a §6.7); the functions SRP has no code for
+// take the codes of the SAS SSP TASK MANAGEMENT FUNCTION field (SPL-3,
+// TASK frame), which agree with SRP on the shared ones.
 type TMF uint8
 
 const (
@@ -81,7 +84,15 @@ const (
 	TMFAbortTaskSet TMF = 0x02
 	TMFClearTaskSet TMF = 0x04
 	TMFLUNReset     TMF = 0x08
+	// TMFITNexusReset is I_T NEXUS RESET (SAM-5 §7): the LUN is ignored.
+	TMFITNexusReset TMF = 0x10
 	TMFClearACA     TMF = 0x40
+	// TMFQueryTask is QUERY TASK (SAM-5 §7): taskTag names the task.
+	TMFQueryTask TMF = 0x80
+	// TMFQueryTaskSet is QUERY TASK SET (SAM-5 §7).
+	TMFQueryTaskSet TMF = 0x81
+	// TMFQueryAsyncEvent is QUERY ASYNCHRONOUS EVENT (SAM-5 §7).
+	TMFQueryAsyncEvent TMF = 0x82
 )
 
 // TMFResponse is a task management service response (SAM-5 §7.1; the SRP
@@ -92,8 +103,25 @@ const (
 	TMFComplete     TMFResponse = 0x00 // FUNCTION COMPLETE
 	TMFNotSupported TMFResponse = 0x04 // TASK MANAGEMENT FUNCTION NOT SUPPORTED
 	TMFFailed       TMFResponse = 0x05 // TASK MANAGEMENT FUNCTION FAILED
+	// TMFSucceeded is FUNCTION SUCCEEDED, the positive answer of the QUERY
+	// functions (SAM-5 §7.1; the code SAS SSP (SPL-3) and FCP-4 give it).
+	TMFSucceeded    TMFResponse = 0x08
 	TMFIncorrectLUN TMFResponse = 0x09 // INCORRECT LOGICAL UNIT NUMBER
 )
+
+// TMFInfoSession is implemented by sessions that return the ADDITIONAL
+// RESPONSE INFORMATION argument of a task management function (SAM-5 §7.1),
+// for fabrics whose response can carry it (SAS SSP RESPONSE IU bytes 0..2 of
+// the response data). Only QUERY ASYNCHRONOUS EVENT with FUNCTION SUCCEEDED
+// sets it (SAM-5 §7): byte 0 bits 5..4 UADE DEPTH, bits 3..0 SENSE KEY;
+// byte 1 ADDITIONAL SENSE CODE; byte 2 ADDITIONAL SENSE CODE QUALIFIER. It is
+// zero otherwise. The session the core returns from NewSession implements it.
+type TMFInfoSession interface {
+	Session
+	// TaskManagementInfo is TaskManagement plus the additional response
+	// information.
+	TaskManagementInfo(ctx context.Context, fn TMF, lun uint64, taskTag uint64) (TMFResponse, [3]byte)
+}
 
 // Session is the core's view of one I_T nexus. A fabric gets one from the
 // core when a login succeeds and closes it when the nexus ends.
