@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/pr"
 )
 
 // cmdCtx is what an opcode handler sees of a command.
@@ -49,6 +50,7 @@ func (s *session) Execute(ctx context.Context, cmd *Command) Result {
 		return checkResult(fail(ReasonOverlappedCommands), lu.dsense())
 	}
 	s.tags[cmd.Tag] = t
+	lu.ts.register(t) // under s.mu: no TMF sees the tag but misses the task
 	_, known := s.seen[lu]
 	if !known {
 		s.seen[lu] = struct{}{} // admit creates the nexus's UA entry
@@ -75,11 +77,7 @@ func (s *session) Execute(ctx context.Context, cmd *Command) Result {
 		}
 	} else {
 		s.untag(t)
-		lu.ts.mu.Lock()
-		t.finished = true
-		aborted, report := t.aborted, t.reportAborted
-		lu.ts.cond.Broadcast()
-		lu.ts.mu.Unlock()
+		aborted, report := lu.ts.unregister(t)
 		if aborted || ctx.Err() != nil {
 			if report && ctx.Err() == nil {
 				return Result{Status: StatusTaskAborted}
@@ -132,6 +130,9 @@ func (s *session) admit(ctx context.Context, t *task) (f failure, entered, run b
 		// to run in; LIO's transport_check_alloc_task_attr answers INVALID
 		// FIELD IN CDB (no field pointer).
 		return fail(ReasonInvalidCDBField), false, false
+	}
+	if h := s.t.hooks.beforeEnter; h != nil {
+		h(t)
 	}
 	if !lu.ts.enter(ctx, t) {
 		return ok, true, false
@@ -219,23 +220,76 @@ func (s *session) executeNoLU(cmd *Command) Result {
 	return c.res
 }
 
-// TaskManagement implements Session (SAM-5 §7). Responses follow LIO:
-// ABORT TASK for a tag not outstanding → FUNCTION FAILED (LIO's
-// TMR_TASK_DOES_NOT_EXIST as ib_srpt reports it); CLEAR ACA → NOT
-// SUPPORTED (NACA is not supported).
+// TaskManagement implements Session (SAM-5 §7). Responses follow LIO where
+// it implements the function: ABORT TASK for a tag not outstanding →
+// FUNCTION FAILED (LIO's TMR_TASK_DOES_NOT_EXIST as ib_srpt reports it);
+// CLEAR ACA → NOT SUPPORTED (NACA=1 is not supported, so the function is
+// rejected, as LIO's core_tmr does).
 func (s *session) TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTag uint64) TMFResponse {
+	r, _ := s.TaskManagementInfo(ctx, fn, lun, taskTag)
+	return r
+}
+
+// TaskManagementInfo implements TMFInfoSession: TaskManagement plus the
+// ADDITIONAL RESPONSE INFORMATION of QUERY ASYNCHRONOUS EVENT.
+//
+//   - ABORT TASK, ABORT TASK SET, CLEAR TASK SET, LOGICAL UNIT RESET: the
+//     named tasks are aborted (silently for the requesting nexus; TASK
+//     ABORTED or COMMANDS CLEARED BY ANOTHER INITIATOR for others, by TAS)
+//     and waited for; FUNCTION COMPLETE.
+//   - I_T NEXUS RESET: as I_T nexus loss (SAM-5 §6.3.4) for the requesting
+//     nexus on every logical unit, whatever lun says: its tasks are aborted
+//     silently and waited for, its SPC-2 reservation is released, I_T NEXUS
+//     LOSS OCCURRED (06/29/07) is established for it on the logical units it
+//     has reached; persistent reservations and registrations stay (SPC-4
+//     §5.13). FUNCTION COMPLETE.
+//   - QUERY TASK: FUNCTION SUCCEEDED if the task tagged taskTag of this
+//     session is in lun's task set and not aborted, else FUNCTION COMPLETE.
+//   - QUERY TASK SET: FUNCTION SUCCEEDED if any task of this I_T nexus is in
+//     lun's task set and not aborted, else FUNCTION COMPLETE.
+//   - QUERY ASYNCHRONOUS EVENT: FUNCTION SUCCEEDED with the oldest pending
+//     unit attention's sense key, ASC, ASCQ and the UADE DEPTH (01b one,
+//     10b more) if one is pending for the I_T_L nexus, else FUNCTION
+//     COMPLETE and zero; nothing is cleared. A nexus that never reached the
+//     logical unit has POWER ON, RESET OR BUS DEVICE RESET OCCURRED pending.
+//     The core keeps no deferred errors.
+//
+// An unknown LUN gives INCORRECT LOGICAL UNIT NUMBER; a ctx that ends while
+// aborted tasks are still running gives FUNCTION FAILED.
+func (s *session) TaskManagementInfo(ctx context.Context, fn TMF, lun uint64, taskTag uint64) (TMFResponse, [3]byte) {
+	var info [3]byte
+	switch fn {
+	case TMFAbortTask, TMFAbortTaskSet, TMFClearTaskSet, TMFLUNReset,
+		TMFQueryTask, TMFQueryTaskSet, TMFQueryAsyncEvent:
+	case TMFITNexusReset:
+		return s.itNexusReset(ctx), info
+	default:
+		return TMFNotSupported, info
+	}
 	num, okLUN := DecodeLUN(lun)
 	var lu *LogicalUnit
 	if okLUN {
 		lu = s.t.lookup(num)
 	}
-	switch fn {
-	case TMFAbortTask, TMFAbortTaskSet, TMFClearTaskSet, TMFLUNReset:
-	default:
-		return TMFNotSupported
-	}
 	if lu == nil {
-		return TMFIncorrectLUN
+		return TMFIncorrectLUN, info
+	}
+	switch fn {
+	case TMFQueryTask:
+		s.mu.Lock()
+		t := s.tags[taskTag]
+		s.mu.Unlock()
+		if t != nil && t.ts == &lu.ts && lu.ts.live(t) {
+			return TMFSucceeded, info
+		}
+		return TMFComplete, info
+	case TMFQueryTaskSet:
+		if lu.ts.anyLive(func(o *task) bool { return o.sess.key == s.key }) {
+			return TMFSucceeded, info
+		}
+		return TMFComplete, info
+	case TMFQueryAsyncEvent:
+		return lu.queryAsyncEvent(s.key)
 	}
 	lu.mu.Lock()
 	tas := lu.mode.tas()
@@ -248,7 +302,7 @@ func (s *session) TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTa
 		t := s.tags[taskTag]
 		s.mu.Unlock()
 		if t == nil || t.ts != &lu.ts {
-			return TMFFailed
+			return TMFFailed, info
 		}
 		lu.ts.abort(t, false)
 		ab = []*task{t}
@@ -262,15 +316,76 @@ func (s *session) TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTa
 			lu.uaCommandsCleared(ab, s.key)
 		}
 	}
+	if h := s.t.hooks.afterAbort; h != nil {
+		h()
+	}
 	for _, t := range ab {
 		if !lu.ts.waitDone(ctx, t) {
-			return TMFFailed
+			return TMFFailed, info
 		}
 	}
 	if fn == TMFLUNReset {
 		lu.reset()
 	}
+	return TMFComplete, info
+}
+
+// itNexusReset performs I_T NEXUS RESET for the session's nexus (see
+// TaskManagementInfo).
+func (s *session) itNexusReset(ctx context.Context) TMFResponse {
+	luns := *s.t.luns.Load()
+	type aborted struct {
+		lu    *LogicalUnit
+		tasks []*task
+	}
+	var all []aborted
+	for _, lu := range luns {
+		ab := lu.ts.abortMatching(func(o *task) bool { return o.sess.key == s.key },
+			func(*task) bool { return false })
+		all = append(all, aborted{lu, ab})
+	}
+	if h := s.t.hooks.afterAbort; h != nil {
+		h()
+	}
+	for _, a := range all {
+		for _, t := range a.tasks {
+			if !a.lu.ts.waitDone(ctx, t) {
+				return TMFFailed
+			}
+		}
+	}
+	for _, lu := range luns {
+		lu.mu.Lock()
+		if _, ok := lu.uas[s.key]; ok {
+			lu.establishUALocked(s.key, ReasonUAITNexusLoss)
+		}
+		lu.mu.Unlock()
+		lu.pr.NexusLost(pr.Nexus(s.nexus))
+	}
 	return TMFComplete
+}
+
+// queryAsyncEvent answers QUERY ASYNCHRONOUS EVENT for the nexus key (see
+// TaskManagementInfo).
+func (lu *LogicalUnit) queryAsyncEvent(key string) (TMFResponse, [3]byte) {
+	var info [3]byte
+	lu.mu.Lock()
+	q, ok := lu.uas[key]
+	if !ok {
+		q = []Reason{ReasonUAPowerOn} // what uaForLocked would create
+	}
+	lu.mu.Unlock()
+	if len(q) == 0 {
+		return TMFComplete, info
+	}
+	depth := byte(1) // UADE DEPTH 01b: one condition
+	if len(q) > 1 {
+		depth = 2 // 10b: more than one
+	}
+	key0, asc, ascq := q[0].SenseCodes()
+	info[0] = depth<<4 | key0&0x0F
+	info[1], info[2] = asc, ascq
+	return TMFSucceeded, info
 }
 
 // reset performs the logical unit reset side effects (SAM-5 §6.3.3): mode

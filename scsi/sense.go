@@ -65,6 +65,7 @@ const (
 	ReasonUACapacityChanged                               // 06/2A/09 CAPACITY DATA HAS CHANGED
 	ReasonUACommandsCleared                               // 06/2F/00 COMMANDS CLEARED BY ANOTHER INITIATOR
 	ReasonUALUNsChanged                                   // 06/3F/0E REPORTED LUNS DATA HAS CHANGED
+	ReasonUAITNexusLoss                                   // 06/29/07 I_T NEXUS LOSS OCCURRED
 	numReasons
 )
 
@@ -105,6 +106,7 @@ var reasonTable = [numReasons]reasonEntry{
 	ReasonUACapacityChanged:                 {StatusCheckCondition, SenseUnitAttention, 0x2A, 0x09},
 	ReasonUACommandsCleared:                 {StatusCheckCondition, SenseUnitAttention, 0x2F, 0x00},
 	ReasonUALUNsChanged:                     {StatusCheckCondition, SenseUnitAttention, 0x3F, 0x0E},
+	ReasonUAITNexusLoss:                     {StatusCheckCondition, SenseUnitAttention, 0x29, 0x07},
 }
 
 // Status returns the SCSI status byte for r.

@@ -66,6 +66,16 @@ type Target struct {
 	sessions map[*session]struct{}
 	nexusRef map[string]int // nexus key → open sessions
 	ports    map[uint16]struct{}
+
+	// hooks are set only by tests, before any session exists.
+	hooks struct {
+		// beforeEnter runs in Execute after the command's tag is registered
+		// and its checks passed, just before it enters the task set.
+		beforeEnter func(*task)
+		// afterAbort runs in TaskManagement after the tasks are marked
+		// aborted, before they are waited for.
+		afterAbort func()
+	}
 }
 
 // NewTarget returns a Target with no logical units.

@@ -16,7 +16,8 @@ type task struct {
 	attr    TaskAttr
 	seq     uint64
 
-	// Linked list of the task set, oldest first; guarded by ts.mu.
+	// Links of the task set list (oldest first) or, before enter, of the
+	// pending list; guarded by ts.mu.
 	prev, next *task
 	// State guarded by ts.mu.
 	enabled  bool // left the dormant state and may run
@@ -38,11 +39,17 @@ type taskSet struct {
 	mu         sync.Mutex
 	cond       sync.Cond
 	head, tail *task
-	seq        uint64
-	n          int // tasks in the set
-	nOrdHoQ    int // ORDERED or HEAD OF QUEUE tasks in the set
-	waiting    int // tasks blocked in enter
-	perNexus   bool
+	// pending lists the tasks whose tag is registered but that have not
+	// entered the task set yet (still in the unit attention, CDB and
+	// admission checks). Task management functions reach them here, so a
+	// command cannot slip past an ABORT TASK SET, CLEAR TASK SET, LOGICAL
+	// UNIT RESET or I_T NEXUS RESET that completes before it enters.
+	phead, ptail *task
+	seq          uint64
+	n            int // tasks in the set
+	nOrdHoQ      int // ORDERED or HEAD OF QUEUE tasks in the set
+	waiting      int // tasks blocked in enter
+	perNexus     bool
 }
 
 func (ts *taskSet) init() { ts.cond.L = &ts.mu }
@@ -78,11 +85,62 @@ func (ts *taskSet) blockedLocked(t *task) bool {
 	}
 }
 
-// enter adds t to the task set and waits until it is enabled. It returns
-// false if t was aborted (by a TMF or ctx) while dormant; t stays in the
-// set until leave either way.
+// linkBack appends t to the list (*head, *tail).
+func linkBack(head, tail **task, t *task) {
+	t.prev, t.next = *tail, nil
+	if *tail != nil {
+		(*tail).next = t
+	}
+	*tail = t
+	if *head == nil {
+		*head = t
+	}
+}
+
+// unlink removes t from the list (*head, *tail).
+func unlink(head, tail **task, t *task) {
+	if t.prev != nil {
+		t.prev.next = t.next
+	} else {
+		*head = t.next
+	}
+	if t.next != nil {
+		t.next.prev = t.prev
+	} else {
+		*tail = t.prev
+	}
+	t.prev, t.next = nil, nil
+}
+
+// register puts t on the pending list. Called with the session's tag
+// registration, so every task a TMF can name is also one abortMatching
+// sees.
+func (ts *taskSet) register(t *task) {
+	ts.mu.Lock()
+	linkBack(&ts.phead, &ts.ptail, t)
+	ts.mu.Unlock()
+}
+
+// unregister ends a task that never entered the task set (it failed its
+// checks): it leaves the pending list and counts as finished. It returns
+// whether t was aborted meanwhile and whether that abort is reported as
+// TASK ABORTED.
+func (ts *taskSet) unregister(t *task) (aborted, report bool) {
+	ts.mu.Lock()
+	unlink(&ts.phead, &ts.ptail, t)
+	t.finished = true
+	aborted, report = t.aborted, t.reportAborted
+	ts.cond.Broadcast()
+	ts.mu.Unlock()
+	return aborted, report
+}
+
+// enter moves t from the pending list into the task set and waits until it
+// is enabled. It returns false if t was aborted (by a TMF or ctx) before
+// or while dormant; t stays in the set until leave either way.
 func (ts *taskSet) enter(ctx context.Context, t *task) bool {
 	ts.mu.Lock()
+	unlink(&ts.phead, &ts.ptail, t)
 	ts.seq++
 	t.seq = ts.seq
 	// t.ts was set before t became visible to TMFs (session.tags), which
@@ -98,14 +156,7 @@ func (ts *taskSet) enter(ctx context.Context, t *task) bool {
 			ts.tail = t
 		}
 	} else {
-		t.prev = ts.tail
-		if ts.tail != nil {
-			ts.tail.next = t
-		}
-		ts.tail = t
-		if ts.head == nil {
-			ts.head = t
-		}
+		linkBack(&ts.head, &ts.tail, t)
 	}
 	ts.n++
 	if t.attr == TaskOrdered || t.attr == TaskHeadOfQueue {
@@ -138,17 +189,7 @@ func (ts *taskSet) enter(ctx context.Context, t *task) bool {
 // was aborted and whether the abort must be reported as TASK ABORTED.
 func (ts *taskSet) leave(t *task) (aborted, report bool) {
 	ts.mu.Lock()
-	if t.prev != nil {
-		t.prev.next = t.next
-	} else {
-		ts.head = t.next
-	}
-	if t.next != nil {
-		t.next.prev = t.prev
-	} else {
-		ts.tail = t.prev
-	}
-	t.prev, t.next = nil, nil
+	unlink(&ts.head, &ts.tail, t)
 	ts.n--
 	if t.attr == TaskOrdered || t.attr == TaskHeadOfQueue {
 		ts.nOrdHoQ--
@@ -198,21 +239,46 @@ func (ts *taskSet) waitDone(ctx context.Context, t *task) bool {
 	return t.finished
 }
 
-// abortMatching aborts every task for which match returns true and returns
-// them. report(t) chooses TASK ABORTED versus silent for each.
+// abortMatching aborts every task, in the task set or pending, for which
+// match returns true and returns them. report(t) chooses TASK ABORTED versus
+// silent for each.
 func (ts *taskSet) abortMatching(match func(*task) bool, report func(*task) bool) []*task {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	var out []*task
-	for t := ts.head; t != nil; t = t.next {
-		if match(t) && !t.aborted {
-			t.aborted = true
-			t.reportAborted = report(t)
-			out = append(out, t)
+	for _, l := range [2]*task{ts.head, ts.phead} {
+		for t := l; t != nil; t = t.next {
+			if match(t) && !t.aborted {
+				t.aborted = true
+				t.reportAborted = report(t)
+				out = append(out, t)
+			}
 		}
 	}
 	if len(out) > 0 {
 		ts.cond.Broadcast()
 	}
 	return out
+}
+
+// anyLive reports whether a task, in the task set or pending, matches and
+// is neither aborted nor finished (QUERY TASK SET).
+func (ts *taskSet) anyLive(match func(*task) bool) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, l := range [2]*task{ts.head, ts.phead} {
+		for t := l; t != nil; t = t.next {
+			if match(t) && !t.aborted && !t.finished {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// live reports whether t is neither aborted nor finished (QUERY TASK).
+func (ts *taskSet) live(t *task) bool {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return !t.aborted && !t.finished
 }
