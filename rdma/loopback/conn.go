@@ -69,6 +69,7 @@ type Conn struct {
 	remote Addr
 	notify chan struct{} // capacity 1: the CQ or the connection state changed
 	done   chan struct{}
+	srq    *srq // the shared receive queue its receives come from, or nil
 
 	// Guarded by p.mu.
 	sq         []*sendEntry // posted, not yet executed, in order
@@ -100,7 +101,7 @@ func newPair(dd, ad *Device, dcfg, acfg rdma.QPConfig, daddr, aaddr Addr) (diale
 	}
 	mk := func(side int, dev *Device, cfg, peer rdma.QPConfig, local, remote Addr) *Conn {
 		ord := min(cfg.ORD, peer.IRD)
-		return &Conn{
+		c := &Conn{
 			p: p, side: side, dev: dev, local: local, remote: remote,
 			caps: rdma.Caps{
 				SendDepth: cfg.SendDepth, RecvDepth: cfg.RecvDepth, MaxSGE: cfg.MaxSGE,
@@ -110,6 +111,11 @@ func newPair(dd, ad *Device, dcfg, acfg rdma.QPConfig, daddr, aaddr Addr) (diale
 			notify: make(chan struct{}, 1),
 			done:   make(chan struct{}),
 		}
+		if s, ok := cfg.SRQ.(*srq); ok && s != nil {
+			c.srq = s
+			c.caps.RecvDepth = s.depth
+		}
+		return c
 	}
 	dialer = mk(0, dd, dcfg, acfg, daddr, aaddr)
 	acceptor = mk(1, ad, acfg, dcfg, aaddr, daddr)
@@ -226,8 +232,13 @@ func (c *Conn) validateSend(wr *rdma.SendWR) error {
 }
 
 func (c *Conn) validateSGE(s rdma.SGE, need rdma.Access) error {
+	return c.dev.validateSGE(s, need)
+}
+
+// validateSGE checks that s lies in a usable region of d granting need.
+func (d *Device) validateSGE(s rdma.SGE, need rdma.Access) error {
 	m, ok := s.MR.(*memoryRegion)
-	if !ok || m == nil || m.dev != c.dev {
+	if !ok || m == nil || m.dev != d {
 		return fmt.Errorf("region not registered on this device: %w", rdma.ErrInvalidWR)
 	}
 	if !m.usable() {
@@ -243,10 +254,14 @@ func (c *Conn) validateSGE(s rdma.SGE, need rdma.Access) error {
 }
 
 // PostRecv posts receive buffers in order. Errors as PostSend: rdma.ErrInvalidWR
-// (bad SGE, region without AccessLocalWrite), rdma.ErrQueueFull (RecvDepth
-// slots held), rdma.ErrClosed. A SEND of the peer waiting for a receive
-// executes before PostRecv returns (unless WithAsyncExecution).
+// (bad SGE, region without AccessLocalWrite, or a connection whose receives
+// come from a shared receive queue), rdma.ErrQueueFull (RecvDepth slots
+// held), rdma.ErrClosed. A SEND of the peer waiting for a receive executes
+// before PostRecv returns (unless WithAsyncExecution).
 func (c *Conn) PostRecv(wrs ...rdma.RecvWR) error {
+	if c.srq != nil && len(wrs) > 0 {
+		return fmt.Errorf("loopback: the connection receives through a shared receive queue: %w", rdma.ErrInvalidWR)
+	}
 	c.p.mu.Lock()
 	defer c.p.mu.Unlock()
 	for i, wr := range wrs {
@@ -438,14 +453,22 @@ func (c *Conn) execute(e *sendEntry) (stalled bool, f *failure) {
 	}
 	switch e.wr.Op {
 	case rdma.OpSend, rdma.OpSendInvalidate:
-		if len(peer.rq) == 0 {
+		var r rdma.RecvWR
+		ok := len(peer.rq) > 0
+		if peer.srq != nil {
+			if r, ok = peer.srq.take(c); ok {
+				peer.recvPosted++ // the consumed buffer holds a slot of peer's CQ until polled
+			}
+		} else if ok {
+			r = peer.rq[0]
+			peer.rq = peer.rq[1:]
+		}
+		if !ok {
 			if e.timer == nil && c.dev.rnrTimeout > 0 {
 				e.timer = time.AfterFunc(c.dev.rnrTimeout, func() { c.rnrExpired(e) })
 			}
 			return true, nil
 		}
-		r := peer.rq[0]
-		peer.rq = peer.rq[1:]
 		f := &failure{recv: &r, byPeer: true}
 		if ft := peer.matchFault(rdma.OpRecv); ft != nil {
 			if ft.Drop {
@@ -611,6 +634,9 @@ func (p *pair) shutdown(errs [2]error) {
 			c.push(cqEntry{c: rdma.Completion{ID: r.ID, Op: rdma.OpRecv, Status: rdma.StatusFlushed, Err: errs[i]}})
 		}
 		c.rq = nil
+		if c.srq != nil {
+			c.srq.detach(c, c.peer())
+		}
 		c.err = errs[i]
 		c.cqMu.Lock()
 		c.cqDown = true

@@ -109,6 +109,17 @@
 // device's listeners and connections; posting on a down connection fails with
 // rdma.ErrClosed.
 //
+// # Shared receive queues
+//
+// Device.CreateSRQ makes a shared receive queue (rdma.SRQDevice). A
+// connection created with it in QPConfig.SRQ has no receive queue of its own
+// (Conn.PostRecv fails with rdma.ErrInvalidWR); a SEND arriving on it
+// consumes the SRQ's oldest buffer and completes through that connection's
+// Poll, or waits as on an empty receive queue (RNR) until a buffer is posted
+// to the SRQ. A consumed buffer leaves the SRQ at once (Posted drops), so
+// nothing is ever consumed and not yet completed: closing a connection
+// flushes nothing of the SRQ.
+//
 // # Fault injection
 //
 // Device.InjectFault and Conn.InjectFault arm a Fault: the chosen send work

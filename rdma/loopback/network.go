@@ -273,6 +273,9 @@ func (d *Device) Dial(ctx context.Context, addr string, cfg rdma.QPConfig, priva
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := d.checkSRQ(cfg); err != nil {
+		return nil, nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, nil, err
 	}
@@ -323,6 +326,17 @@ func (d *Device) Dial(ctx context.Context, addr string, cfg rdma.QPConfig, priva
 		return nil, nil, &rdma.RejectError{PrivateData: req.replyPD, Reason: "loopback reject"}
 	}
 	return req.dialConn, req.replyPD, nil
+}
+
+// checkSRQ checks that cfg.SRQ, if set, is an SRQ of d.
+func (d *Device) checkSRQ(cfg rdma.QPConfig) error {
+	if cfg.SRQ == nil {
+		return nil
+	}
+	if s, ok := cfg.SRQ.(*srq); !ok || s == nil || s.dev != d {
+		return fmt.Errorf("loopback: QPConfig.SRQ is not a shared receive queue of device %s", d.Name())
+	}
+	return nil
 }
 
 func normalize(cfg rdma.QPConfig) (rdma.QPConfig, error) {
@@ -519,15 +533,19 @@ func (r *connRequest) Reject(privateData []byte) error {
 }
 
 // Accept creates the connection with cfg and replies with privateData
-// (copied). Errors: rdma.ErrPrivateDataTooLong or a configuration error (the
-// request stays pending), ctx.Err(), ErrRequestCanceled, rdma.ErrClosed when
-// either device has closed (the dialer is then refused).
+// (copied). Errors: rdma.ErrPrivateDataTooLong, a configuration error or
+// rdma.ErrClosed for a closed cfg.SRQ (the request stays pending), ctx.Err(),
+// ErrRequestCanceled, rdma.ErrClosed when either device has closed (the
+// dialer is then refused).
 func (r *connRequest) Accept(ctx context.Context, cfg rdma.QPConfig, privateData []byte) (rdma.Conn, error) {
 	if len(privateData) > MaxPrivateData {
 		return nil, rdma.ErrPrivateDataTooLong
 	}
 	cfg, err := normalize(cfg)
 	if err != nil {
+		return nil, err
+	}
+	if err := r.l.dev.checkSRQ(cfg); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -539,13 +557,39 @@ func (r *connRequest) Accept(ctx context.Context, cfg rdma.QPConfig, privateData
 		return nil, ErrRequestCanceled
 	}
 	dc, ac := newPair(r.dialer, r.l.dev, r.cfg, cfg, r.remote, r.local)
+	var attached []*Conn
+	for _, c := range []*Conn{dc, ac} {
+		if c.srq == nil {
+			continue
+		}
+		if !c.srq.attach(c) {
+			for _, a := range attached {
+				a.srq.detach(a, a.peer())
+			}
+			if c == dc {
+				// The dialer's SRQ closed: nothing the acceptor can change.
+				r.state = reqDone
+				r.refused = true
+				close(r.decided)
+			}
+			return nil, fmt.Errorf("loopback: shared receive queue: %w", rdma.ErrClosed)
+		}
+		attached = append(attached, c)
+	}
+	detach := func() {
+		for _, a := range attached {
+			a.srq.detach(a, a.peer())
+		}
+	}
 	if !r.dialer.addConn(dc) {
+		detach()
 		r.state = reqDone
 		r.refused = true
 		close(r.decided)
 		return nil, rdma.ErrClosed
 	}
 	if !r.l.dev.addConn(ac) {
+		detach()
 		r.dialer.removeConn(dc)
 		r.state = reqDone
 		r.refused = true
