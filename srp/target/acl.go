@@ -128,6 +128,13 @@ type ACL struct {
 	// single level addressing) to the target's LUN numbers. Nil exposes
 	// every logical unit under the target's own numbering.
 	LUNs map[uint64]uint64
+	// ReadOnly write-protects LUNs, keyed by the LUN number the initiator
+	// sees (a key of LUNs, or the target's number when LUNs is nil), as
+	// LIO's mapped LUN write_protect: medium writes get CHECK CONDITION,
+	// DATA PROTECT, WRITE PROTECTED (07/27/00) and MODE SENSE sets WP
+	// (SBC-3 §6.5.1). SYNCHRONIZE CACHE, MODE SELECT and reservations are
+	// not medium writes (see scsi.WritesMedium).
+	ReadOnly map[uint64]bool
 }
 
 // FormatGUID formats an 8-byte GUID as ib_srpt names ACLs and sessions:

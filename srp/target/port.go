@@ -353,6 +353,7 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 		return nil, srp.RejMultiChannelUnsupported
 	}
 	var luns map[uint64]uint64
+	var ro map[uint64]bool
 	p.mu.Lock()
 	demo := p.cfg.DemoMode
 	p.mu.Unlock()
@@ -362,7 +363,7 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 			log.Info("no ACL for initiator", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]))
 			return nil, srp.RejChannelLimitReached
 		}
-		luns = acl.LUNs
+		luns, ro = acl.LUNs, acl.ReadOnly
 	}
 
 	pl := &pendingLogin{req: lr}
@@ -391,6 +392,7 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 		if luns != nil {
 			sess = MapLUNs(sess, luns)
 		}
+		sess = ReadOnlyLUNs(sess, ro)
 		nx = &nexus{key: key, initiator: lr.InitiatorPortID, sess: sess}
 		p.nexuses[key] = nx
 		pl.newSession = true
