@@ -98,7 +98,13 @@ func TestReadOnlyLUNCore(t *testing.T) {
 // TestWritesMedium checks the opcode classification against SBC-3/SBC-4
 // operation codes, including the service-action forms.
 func TestWritesMedium(t *testing.T) {
-	v32 := func(sa uint16) []byte { c := make([]byte, 32); c[0] = 0x7f; c[7] = 0x18; c[8], c[9] = byte(sa>>8), byte(sa); return c }
+	v32 := func(sa uint16) []byte {
+		c := make([]byte, 32)
+		c[0] = 0x7f
+		c[7] = 0x18
+		c[8], c[9] = byte(sa>>8), byte(sa)
+		return c
+	}
 	for _, tc := range []struct {
 		cdb  []byte
 		want bool
