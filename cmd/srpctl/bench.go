@@ -64,6 +64,9 @@ func newBenchCmd() *cobra.Command {
 	var runtime time.Duration
 	var asJSON, fua, registerEach bool
 	var cpuProfile string
+	var verify, verifyOnly bool
+	var verifySeed uint64
+	var loops int
 	c := &cobra.Command{
 		Use:   "bench TARGET",
 		Short: "fio-like benchmark: random/sequential read/write, prints IOPS, bandwidth and latency percentiles",
@@ -80,6 +83,14 @@ func newBenchCmd() *cobra.Command {
 				return fmt.Errorf("--runtime %v: must be positive", runtime)
 			case rwmix < 0 || rwmix > 100:
 				return fmt.Errorf("--rwmixread %d: a percentage, 0..100", rwmix)
+			case loops < 1:
+				return fmt.Errorf("--loops %d: at least 1 pass", loops)
+			case verifyOnly && !cmd.Flags().Changed("verify-seed"):
+				return errors.New("--verify-only checks an earlier --verify run: give its --verify-seed (and --loops, --bs, --size, --lun)")
+			}
+			verify = verify || verifyOnly
+			if verify && !cmd.Flags().Changed("verify-seed") {
+				verifySeed = rand.Uint64() >> 1 // printable as a positive decimal anywhere
 			}
 			switch rw {
 			case "read", "write", "randread", "randwrite", "randrw", "rw":
@@ -131,6 +142,12 @@ func newBenchCmd() *cobra.Command {
 			if nblk == 0 {
 				return fmt.Errorf("region of %d bytes smaller than --bs %d", region, bs)
 			}
+			if verify {
+				return benchVerify(ctx, cmd, s, verifyConfig{
+					bs: bs, bsz: bsz, qd: qd, nslots: nblk, random: strings.HasPrefix(rw, "rand"),
+					seed: verifySeed, loops: loops, verifyOnly: verifyOnly, fua: fua,
+				}, asJSON)
+			}
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
@@ -176,7 +193,59 @@ func newBenchCmd() *cobra.Command {
 	f.BoolVar(&fua, "fua", false, "set FUA on writes")
 	f.BoolVar(&registerEach, "register-each", false, "register each command's memory instead of reusing registered buffers")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
+	f.BoolVar(&verify, "verify", false, "data integrity run instead of a timed one: write every --bs slot of the region with CRC32C-checked blocks that carry their LBA, the run's seed and the pass, then read all back and check; exit status 1 on any mismatch")
+	f.BoolVar(&verifyOnly, "verify-only", false, "only read back and check what an earlier --verify run with the same --verify-seed, --loops, --bs, --size and --lun wrote")
+	f.Uint64Var(&verifySeed, "verify-seed", 0, "the --verify run's identity, written into every block (default random, printed)")
+	f.IntVar(&loops, "loops", 1, "--verify passes; pass k writes generation k over the previous one, so a lost write reads back stale")
+	c.Long += `
+
+--verify turns bench into a data integrity check, like fio's verify=crc32c:
+every logical block written carries a header with its own LBA, the run's
+seed and the pass number, and a CRC32C over the block. Each pass writes the
+whole region (random order for --rw rand*, else ascending) and then reads it
+all back in another order; a block with a bad CRC (corrupt), another LBA
+(misplaced), another pass (stale) or no header fails the run with exit
+status 1. --runtime does not apply. --verify-only re-reads a region written
+earlier (for instance across a target restart).`
 	return c
+}
+
+// benchVerify runs --verify / --verify-only and reports: an error (exit
+// status 1) when any block mismatched or any I/O failed.
+func benchVerify(ctx context.Context, cmd *cobra.Command, s *conn, vc verifyConfig, asJSON bool) error {
+	r, err := runVerify(ctx, s, vc)
+	for _, m := range r.First {
+		fmt.Fprintln(cmd.ErrOrStderr(), "srpctl bench: verify:", m)
+	}
+	if more := r.Mismatches + r.IOErrors - int64(len(r.First)); more > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "srpctl bench: verify: ... and %d more\n", more)
+	}
+	if err != nil {
+		return fmt.Errorf("verify stopped after %d blocks written and %d read: %w", r.Written, r.Read, err)
+	}
+	w := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{
+			"verify_seed": vc.seed, "loops": vc.loops, "bs": vc.bs, "iodepth": vc.qd,
+			"blocks_written": r.Written, "blocks_read": r.Read, "mismatches": r.Mismatches,
+			"io_errors": r.IOErrors, "runtime_s": r.Elapsed.Seconds(),
+		}); err != nil {
+			return err
+		}
+	} else {
+		mode := "verify"
+		if vc.verifyOnly {
+			mode = "verify-only"
+		}
+		fmt.Fprintf(w, "%s: seed=%d loops=%d bs=%d iodepth=%d slots=%d runtime=%.1fs\n", mode, vc.seed, vc.loops, vc.bs, vc.qd, vc.nslots, r.Elapsed.Seconds())
+		fmt.Fprintf(w, "  blocks written=%d read=%d mismatches=%d io_errors=%d\n", r.Written, r.Read, r.Mismatches, r.IOErrors)
+	}
+	if r.Mismatches > 0 || r.IOErrors > 0 {
+		return fmt.Errorf("verify failed: %d of %d blocks mismatched, %d I/O errors (seed %d)", r.Mismatches, r.Read, r.IOErrors, vc.seed)
+	}
+	return nil
 }
 
 // runBench runs qd workers for runtime. It stops early when the session is

@@ -7,7 +7,9 @@
 #   detach; srptd is stopped with SIGTERM and started again on the same
 #   backing file; attach -> losetup -> fsck -fn -> mount read-only ->
 #   sha256sum -c of every file, and the file lists must match; last, the
-#   backing file itself fscks clean.
+#   backing file itself fscks clean. A second file-backed LUN gets
+#   `srpctl bench --verify` blocks before the restart and --verify-only
+#   after it.
 # Needs root, /dev/fuse, losetup, mkfs.ext4, fsck.ext4; skips otherwise.
 # Every step is bounded with timeout(1); mounts, loop devices, the FUSE
 # attach and srptd are cleaned up on any exit.
@@ -94,6 +96,14 @@ backstore = "file"
 path = "$W/data/lun0.img"
 size = "${SIZE_MIB}MiB"
 write_cache = true
+[[lun]]
+lun = 1
+name = "verify"
+backstore = "file"
+path = "$W/data/lun1.img"
+size = "32MiB"
+block_size = 4096
+write_cache = true
 TOML
 
 start_srptd() {
@@ -163,6 +173,10 @@ step "umount + fsck -fn + detach"
 timeout 120 umount "$W/fs" || fail umount
 timeout 300 fsck.ext4 -fn "$LOOP" >"$W/fsck1.log" 2>&1 || { cat "$W/fsck1.log" >&2; fail "fsck -fn after the copy"; }
 detach
+# LUN 1: CRC32C-verified blocks written now, checked after the restart.
+VERIFY=(--lun 1 --bs 64k --qd 16 --rw randwrite --verify-seed 4242 --loops 2 --reconnect-delay 200ms)
+step "bench --verify on lun 1 (2 passes over 32 MiB)"
+timeout 300 "$SRPCTL" bench "$TARGET" "${VERIFY[@]}" --verify || fail "bench --verify"
 
 step "stop srptd (SIGTERM) and start it again on the same backing file"
 stop_srptd
@@ -179,6 +193,8 @@ step "sha256sum -c of $NFILES files"
 diff "$W/list.src" "$W/list.dst" >"$W/list.diff" || { head -20 "$W/list.diff" >&2; fail "file lists differ"; }
 timeout 120 umount "$W/fs" || fail umount
 detach
+step "bench --verify-only on lun 1 after the restart"
+timeout 300 "$SRPCTL" bench "$TARGET" "${VERIFY[@]}" --verify-only || fail "bench --verify-only after the restart"
 stop_srptd
 # The backing file itself, with no SRP in the way, is the same clean ext4.
 step "fsck -fn of the backing file"

@@ -150,6 +150,8 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"bench", tgt, "--qd", "0"}, "--qd"},
 		{[]string{"bench", tgt, "--runtime", "0s"}, "--runtime"},
 		{[]string{"bench", tgt, "--rwmixread", "101"}, "--rwmixread"},
+		{[]string{"bench", tgt, "--verify-only"}, "give its --verify-seed"},
+		{[]string{"bench", tgt, "--verify", "--loops", "0"}, "--loops 0"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		cmd := exec.CommandContext(ctx, bin, c.args...)
