@@ -63,21 +63,34 @@ say() { printf '[interop %s] %s\n' "$(date +%T)" "$*"; }
 
 # ------------------------------------------------------------------ build
 mkdir -p "$CACHE"
+session=$(date +%Y%m%d-%H%M%S)-$$
 t0=$SECONDS
+# The guest image is shared: one build.sh at a time on this host.
+exec 9>"$CACHE/.build.lock"
+flock -w 3600 9 || { say "another interop run holds $CACHE/.build.lock"; exit 1; }
 if ! timeout 3600 "$HERE/build.sh" 2>"$CACHE/build.log"; then
 	tail -30 "$CACHE/build.log"
 	say "guest build failed (log: $CACHE/build.log)"
 	exit 1
 fi
-BIN=$CACHE/bin
-rm -rf "$BIN" && mkdir -p "$BIN"
+exec 9>&-
+# The binaries are this run's own (concurrent runs may build other
+# checkouts); removed when the run ends, and left-overs of killed runs after
+# a day.
+BIN=$CACHE/bin.$session
+find "$CACHE" -maxdepth 1 -name 'bin.*' -mmin +1440 -exec rm -rf {} + 2>/dev/null || true
+mkdir -p "$BIN"
+trap 'rm -rf "$BIN"' EXIT
+LOGS=$CACHE/logs/$session
+mkdir -p "$LOGS"
+GOLOG=$LOGS/go-build.log
 cmds=()
 for c in srptd srpctl gorping; do   # a command without Go files yet is not built (its tests SKIP)
 	compgen -G "$ROOT/cmd/$c/*.go" >/dev/null && cmds+=("./cmd/$c")
 done
 if [ ${#cmds[@]} -gt 0 ]; then
-	if ! (cd "$ROOT" && CGO_ENABLED=0 timeout 1200 go build -o "$BIN/" "${cmds[@]}") >"$CACHE/go-build.log" 2>&1; then
-		cat "$CACHE/go-build.log"
+	if ! (cd "$ROOT" && CGO_ENABLED=0 timeout 1200 go build -o "$BIN/" "${cmds[@]}") >"$GOLOG" 2>&1; then
+		cat "$GOLOG"
 		say "go build ${cmds[*]} failed"
 		exit 1
 	fi
@@ -90,17 +103,14 @@ if [ -e /usr/include/infiniband/verbs.h ] && [ -e /usr/include/rdma/rdma_cma.h ]
 	for c in srptd srpctl; do
 		[ -e "$BIN/$c" ] || continue
 		(cd "$ROOT" && CGO_ENABLED=1 timeout 1200 go build -tags verbs -o "$BIN/$c-verbs" "./cmd/$c") \
-			>>"$CACHE/go-build.log" 2>&1 || say "note: $c-verbs did not build (see $CACHE/go-build.log)"
+			>>"$GOLOG" 2>&1 || { say "note: $c-verbs did not build:"; tail -5 "$GOLOG"; }
 	done
 	(cd "$ROOT" && CGO_ENABLED=1 timeout 1200 go test -c -tags verbs -o "$BIN/verbs.test" ./rdma/verbs) \
-		>>"$CACHE/go-build.log" 2>&1 || say "note: verbs.test did not build (see $CACHE/go-build.log)"
+		>>"$GOLOG" 2>&1 || { say "note: verbs.test did not build:"; tail -5 "$GOLOG"; }
 fi
 say "build ready in $((SECONDS - t0)) s; binaries: $(cd "$BIN" && echo * | sed 's/^\*$/none/')"
 
 # ------------------------------------------------------------------ runs
-session=$(date +%Y%m%d-%H%M%S)-$$
-LOGS=$CACHE/logs/$session
-mkdir -p "$LOGS"
 # keep the 10 newest sessions
 ls -1dt "$CACHE"/logs/*/ 2>/dev/null | tail -n +11 | xargs -r rm -rf
 
