@@ -7,15 +7,16 @@ import (
 	"github.com/gosrp/gosrp/rdma"
 )
 
-// benchPipelined keeps depth SENDs (size bytes) or RDMA WRITEs in flight
+// benchPipelined keeps depth SENDs (size bytes), RDMA WRITEs or READs in flight
 // from the dialer to the acceptor, reposting receives as they complete: the
 // shape of an SRP target's data path (the writer coalesces the FPDUs of
 // several work requests into one writev).
 func benchPipelined(b *testing.B, cfg Config, op rdma.Opcode, size, depth int) {
 	p := connect(b, cfg, cfg, "127.0.0.1:0", rdma.QPConfig{SendDepth: 2 * depth, RecvDepth: 2 * depth})
 	cdev, sdev := p.client.(*conn).dev, p.server.(*conn).dev
-	src := mustReg(b, nil, cdev, make([]byte, size), 0)
-	dst := mustReg(b, nil, sdev, make([]byte, size*depth), rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
+	// src is the RDMA READ sink too; dst the WRITE and READ target.
+	src := mustReg(b, nil, cdev, make([]byte, size), rdma.AccessLocalWrite)
+	dst := mustReg(b, nil, sdev, make([]byte, size*depth), rdma.AccessLocalWrite|rdma.AccessRemoteWrite|rdma.AccessRemoteRead)
 	if op == rdma.OpSend {
 		for i := range depth {
 			if err := p.server.PostRecv(rdma.RecvWR{ID: uint64(i), Local: rdma.SGE{MR: dst, Offset: i * size, Length: size}}); err != nil {
