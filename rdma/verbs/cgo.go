@@ -78,7 +78,8 @@ static int gs_post_send(struct ibv_qp *qp, gs_wr *w, int n, struct ibv_sge *sges
 	return rc;
 }
 
-static int gs_post_recv(struct ibv_qp *qp, uint64_t *ids, struct ibv_sge *sges, int n, int *posted) {
+// gs_post_recv posts n one-SGE receives to qp, or to srq when qp is NULL.
+static int gs_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, uint64_t *ids, struct ibv_sge *sges, int n, int *posted) {
 	struct ibv_recv_wr wrs[64];
 	struct ibv_recv_wr *bad = NULL;
 	int i, rc;
@@ -90,7 +91,7 @@ static int gs_post_recv(struct ibv_qp *qp, uint64_t *ids, struct ibv_sge *sges, 
 		wrs[i].num_sge = 1;
 		wrs[i].next = (i + 1 < n) ? &wrs[i + 1] : NULL;
 	}
-	rc = ibv_post_recv(qp, wrs, &bad);
+	rc = qp ? ibv_post_recv(qp, wrs, &bad) : ibv_post_srq_recv(srq, wrs, &bad);
 	*posted = rc == 0 ? n : (bad ? (int)(bad - wrs) : 0);
 	return rc;
 }
@@ -186,7 +187,9 @@ static int gs_resolve_addr(struct rdma_cm_id *id, const char *host, const char *
 	return 0;
 }
 
-static int gs_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq,
+// gs_create_qp creates the RC QP of id; with srq its receives come from
+// that shared receive queue and recv is ignored.
+static int gs_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq *cq, struct ibv_srq *srq,
                         int send, int recv, int sge, int *osend, int *orecv, int *osge, int *oinline) {
 	struct ibv_qp_init_attr a;
 	memset(&a, 0, sizeof(a));
@@ -194,9 +197,13 @@ static int gs_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_cq 
 	a.recv_cq = cq;
 	a.qp_type = IBV_QPT_RC;
 	a.cap.max_send_wr = send;
-	a.cap.max_recv_wr = recv;
 	a.cap.max_send_sge = sge;
-	a.cap.max_recv_sge = 1;
+	if (srq) {
+		a.srq = srq;
+	} else {
+		a.cap.max_recv_wr = recv;
+		a.cap.max_recv_sge = 1;
+	}
 	a.sq_sig_all = 0;
 	if (rdma_create_qp(id, pd, &a) != 0) return errno;
 	*osend = a.cap.max_send_wr;
@@ -250,9 +257,10 @@ static int gs_query_port(struct ibv_context *ctx, int port, int *link, int *stat
 static const char *gs_dev_name(struct ibv_context *ctx) { return ibv_get_device_name(ctx->device); }
 static int gs_dev_transport(struct ibv_context *ctx) { return ctx->device->transport_type; }
 
-static int gs_query_device(struct ibv_context *ctx, uint64_t *guid, int *phys_ports, int *max_qp_wr, int *max_sge, int *max_rd_atom, int *max_cqe) {
+static int gs_query_device(struct ibv_context *ctx, uint64_t *guid, int *phys_ports, int *max_qp_wr, int *max_sge, int *max_rd_atom, int *max_cqe, int *max_srq_wr) {
 	struct ibv_device_attr a;
 	if (ibv_query_device(ctx, &a) != 0) return errno;
+	*max_srq_wr = a.max_srq ? a.max_srq_wr : 0;
 	*guid = a.node_guid;
 	*phys_ports = a.phys_port_cnt;
 	*max_qp_wr = a.max_qp_wr;
@@ -267,6 +275,14 @@ static int gs_query_gid(struct ibv_context *ctx, int port, uint8_t *out) {
 	if (ibv_query_gid(ctx, port, 0, &g) != 0) return errno;
 	memcpy(out, g.raw, 16);
 	return 0;
+}
+
+static struct ibv_srq *gs_create_srq(struct ibv_pd *pd, int max_wr) {
+	struct ibv_srq_init_attr a;
+	memset(&a, 0, sizeof(a));
+	a.attr.max_wr = max_wr;
+	a.attr.max_sge = 1;
+	return ibv_create_srq(pd, &a);
 }
 
 static struct ibv_mr *gs_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access) {
@@ -375,12 +391,13 @@ func DeviceFor(addr string, timeout time.Duration) (string, error) {
 
 type limits struct {
 	maxQPWR, maxSGE, maxRdAtom, maxCQE int
+	maxSRQWR                           int // 0: no shared receive queues
 }
 
 func queryDevice(ctx *C.struct_ibv_context) (DeviceInfo, limits, error) {
 	var guid C.uint64_t
-	var ports, qpwr, sge, rd, cqe C.int
-	if rc := C.gs_query_device(ctx, &guid, &ports, &qpwr, &sge, &rd, &cqe); rc != 0 {
+	var ports, qpwr, sge, rd, cqe, srqwr C.int
+	if rc := C.gs_query_device(ctx, &guid, &ports, &qpwr, &sge, &rd, &cqe, &srqwr); rc != 0 {
 		return DeviceInfo{}, limits{}, fmt.Errorf("verbs: ibv_query_device: %w", syscall.Errno(rc))
 	}
 	info := DeviceInfo{
@@ -407,7 +424,7 @@ func queryDevice(ctx *C.struct_ibv_context) (DeviceInfo, limits, error) {
 		}
 		info.Ports = append(info.Ports, pi)
 	}
-	return info, limits{int(qpwr), int(sge), int(rd), int(cqe)}, nil
+	return info, limits{int(qpwr), int(sge), int(rd), int(cqe), int(srqwr)}, nil
 }
 
 func beToHost64(v uint64) uint64 {
@@ -437,6 +454,7 @@ type Device struct {
 	conns    map[*conn]struct{}
 	lns      map[*listener]struct{}
 	mrs      map[*mr]struct{}
+	srqs     map[*srq]struct{}
 	loopDone chan struct{}
 }
 
@@ -464,7 +482,8 @@ func Open(cfg Config) (*Device, error) {
 		return nil, errors.New("verbs: no RDMA device found (is rdma-core installed and a device or rxe/siw link configured?)")
 	}
 	d := &Device{cfg: cfg, log: log, devList: list, handlers: map[unsafe.Pointer]func(cmEvent){},
-		conns: map[*conn]struct{}{}, lns: map[*listener]struct{}{}, mrs: map[*mr]struct{}{}, loopDone: make(chan struct{})}
+		conns: map[*conn]struct{}{}, lns: map[*listener]struct{}{}, mrs: map[*mr]struct{}{},
+		srqs: map[*srq]struct{}{}, loopDone: make(chan struct{})}
 	var names []string
 	for _, ctx := range unsafe.Slice(list, int(n)) {
 		name := C.GoString(C.gs_dev_name(ctx))
@@ -714,6 +733,15 @@ func (d *Device) Close() error {
 	for _, c := range conns {
 		c.Close()
 		c.destroy()
+	}
+	d.mu.Lock()
+	srqs := make([]*srq, 0, len(d.srqs))
+	for s := range d.srqs {
+		srqs = append(srqs, s)
+	}
+	d.mu.Unlock()
+	for _, s := range srqs {
+		s.Close()
 	}
 	// Stop the event loop before freeing the channel it reads.
 	d.chFile.Close()
@@ -1020,6 +1048,7 @@ type conn struct {
 	caps  rdma.Caps
 	local net.Addr
 	peer  net.Addr
+	srq   *srq // where its receives come from, or nil
 
 	cmEvents chan cmEvent
 
@@ -1048,29 +1077,53 @@ func (d *Device) newConn(id *C.struct_rdma_cm_id, cfg rdma.QPConfig) (*conn, err
 	recv := pick(cfg.RecvDepth, 256, d.lim.maxQPWR)
 	sge := pick(cfg.MaxSGE, 16, d.lim.maxSGE)
 	c := &conn{d: d, id: id, cmEvents: make(chan cmEvent, 8), done: make(chan struct{})}
+	var csrq *C.struct_ibv_srq
+	if cfg.SRQ != nil {
+		s, ok := cfg.SRQ.(*srq)
+		if !ok || s == nil || s.d != d {
+			return nil, fmt.Errorf("verbs: QPConfig.SRQ is not a shared receive queue of %s", d.info.Name)
+		}
+		if !s.attach(c) {
+			return nil, fmt.Errorf("verbs: shared receive queue: %w", rdma.ErrClosed)
+		}
+		// The CQ takes this QP's receive completions too: at most the
+		// SRQ's depth are outstanding.
+		c.srq, csrq, recv = s, s.s, s.depth
+	}
+	undo := func() {
+		if c.srq != nil {
+			c.srq.detach(c)
+		}
+	}
 	if c.cch = C.ibv_create_comp_channel(d.ctx); c.cch == nil {
+		undo()
 		return nil, errors.New("verbs: ibv_create_comp_channel failed")
 	}
 	if c.cq = C.ibv_create_cq(d.ctx, C.int(send+recv), nil, c.cch, 0); c.cq == nil {
 		C.ibv_destroy_comp_channel(c.cch)
+		undo()
 		return nil, fmt.Errorf("verbs: ibv_create_cq of %d entries failed", send+recv)
 	}
 	var osend, orecv, osge, oinl C.int
-	if rc := C.gs_create_qp(id, d.pd, c.cq, C.int(send), C.int(recv), C.int(sge), &osend, &orecv, &osge, &oinl); rc != 0 {
+	if rc := C.gs_create_qp(id, d.pd, c.cq, csrq, C.int(send), C.int(recv), C.int(sge), &osend, &orecv, &osge, &oinl); rc != 0 {
 		C.ibv_destroy_cq(c.cq)
 		C.ibv_destroy_comp_channel(c.cch)
-		return nil, fmt.Errorf("verbs: rdma_create_qp (send %d, recv %d, sge %d): %w", send, recv, sge, syscall.Errno(rc))
+		undo()
+		return nil, fmt.Errorf("verbs: rdma_create_qp (send %d, recv %d, sge %d, SRQ %v): %w", send, recv, sge, c.srq != nil, syscall.Errno(rc))
 	}
 	c.qp = C.gs_id_qp(id)
 	c.caps = rdma.Caps{SendDepth: send, RecvDepth: recv, MaxSGE: int(osge), MaxInline: int(oinl)}
 	c.sendIDs = make([]uint64, send)
 	c.sendOps = make([]rdma.Opcode, send)
-	c.recvIDs = make([]uint64, recv)
+	if c.srq == nil {
+		c.recvIDs = make([]uint64, recv)
+	}
 	var err error
 	if c.cchF, err = pollFile(C.gs_comp_fd(c.cch), "ibv_comp_channel"); err != nil {
 		C.rdma_destroy_qp(id)
 		C.ibv_destroy_cq(c.cq)
 		C.ibv_destroy_comp_channel(c.cch)
+		undo()
 		return nil, err
 	}
 	C.gs_req_notify(c.cq)
@@ -1162,6 +1215,9 @@ func (c *conn) destroy() {
 	c.d.setHandler(c.id, nil)
 	c.cchF.Close()
 	C.rdma_destroy_qp(c.id)
+	if c.srq != nil {
+		c.srq.detach(c)
+	}
 	C.ibv_destroy_cq(c.cq)
 	C.ibv_destroy_comp_channel(c.cch)
 	C.rdma_destroy_id(c.id)
@@ -1180,10 +1236,13 @@ func (c *conn) Err() error {
 	return c.err
 }
 
-func (c *conn) sge(s rdma.SGE) (C.struct_ibv_sge, error) {
+func (c *conn) sge(s rdma.SGE) (C.struct_ibv_sge, error) { return c.d.sge(s) }
+
+// sge converts s into an ibv_sge of a region registered on d.
+func (d *Device) sge(s rdma.SGE) (C.struct_ibv_sge, error) {
 	m, ok := s.MR.(*mr)
-	if !ok || m.d != c.d {
-		return C.struct_ibv_sge{}, fmt.Errorf("%w: SGE memory region not registered on %s", rdma.ErrInvalidWR, c.d.info.Name)
+	if !ok || m.d != d {
+		return C.struct_ibv_sge{}, fmt.Errorf("%w: SGE memory region not registered on %s", rdma.ErrInvalidWR, d.info.Name)
 	}
 	if s.Bytes() == nil {
 		return C.struct_ibv_sge{}, fmt.Errorf("%w: SGE [%d,+%d) outside its %d-byte region", rdma.ErrInvalidWR, s.Offset, s.Length, len(m.buf))
@@ -1300,6 +1359,9 @@ func (c *conn) postSend(wrs []rdma.SendWR) error {
 }
 
 func (c *conn) PostRecv(wrs ...rdma.RecvWR) error {
+	if c.srq != nil && len(wrs) > 0 {
+		return fmt.Errorf("%w: the queue pair receives through a shared receive queue", rdma.ErrInvalidWR)
+	}
 	for len(wrs) > 0 {
 		n := min(len(wrs), 64)
 		if err := c.postRecv(wrs[:n]); err != nil {
@@ -1322,17 +1384,14 @@ func (c *conn) postRecv(wrs []rdma.RecvWR) error {
 	var ids [64]C.uint64_t
 	var sges [64]C.struct_ibv_sge
 	for i, w := range wrs {
-		if m, ok := w.Local.MR.(*mr); ok && m.access&rdma.AccessLocalWrite == 0 {
-			return fmt.Errorf("%w: receive buffer without local write access", rdma.ErrInvalidWR)
-		}
-		s, err := c.sge(w.Local)
+		s, err := c.d.recvSGE(w)
 		if err != nil {
 			return err
 		}
 		ids[i], sges[i] = C.uint64_t((c.recvSeq+uint64(i))|recvBit), s
 	}
 	var posted C.int
-	rc := C.gs_post_recv(c.qp, &ids[0], &sges[0], C.int(len(wrs)), &posted)
+	rc := C.gs_post_recv(c.qp, nil, &ids[0], &sges[0], C.int(len(wrs)), &posted)
 	for i := 0; i < int(posted); i++ {
 		c.recvIDs[(c.recvSeq+uint64(i))%uint64(len(c.recvIDs))] = wrs[i].ID
 	}
@@ -1344,6 +1403,14 @@ func (c *conn) postRecv(wrs []rdma.RecvWR) error {
 		return fmt.Errorf("verbs: ibv_post_recv: %w", syscall.Errno(rc))
 	}
 	return nil
+}
+
+// recvSGE converts a receive work request's buffer.
+func (d *Device) recvSGE(w rdma.RecvWR) (C.struct_ibv_sge, error) {
+	if m, ok := w.Local.MR.(*mr); ok && m.access&rdma.AccessLocalWrite == 0 {
+		return C.struct_ibv_sge{}, fmt.Errorf("%w: receive buffer without local write access", rdma.ErrInvalidWR)
+	}
+	return d.sge(w.Local)
 }
 
 var wcStatus = map[C.uint32_t]rdma.Status{
@@ -1461,7 +1528,12 @@ func (c *conn) pollOnce(out []rdma.Completion) (n int, drained bool, err error) 
 		}
 		comp := rdma.Completion{Status: st, ByteLen: int(w.byte_len)}
 		id := uint64(w.id)
-		if id&recvBit != 0 {
+		if id&recvBit != 0 && id&srqBit != 0 {
+			comp.ID, comp.Op = c.srq.complete(id&^(recvBit|srqBit)), rdma.OpRecv
+			if w.flags&C.IBV_WC_WITH_INV != 0 {
+				comp.Invalidated, comp.InvalidatedRKey = true, uint32(w.inv)
+			}
+		} else if id&recvBit != 0 {
 			seq := id &^ recvBit
 			comp.ID = c.recvIDs[seq%uint64(len(c.recvIDs))]
 			comp.Op = rdma.OpRecv
@@ -1497,3 +1569,173 @@ func (c *conn) pollOnce(out []rdma.Completion) (n int, drained bool, err error) 
 }
 
 var _ rdma.Device = (*Device)(nil)
+
+// srqBit marks, with recvBit, the work request IDs of receives posted to a
+// shared receive queue; the rest of the ID is the SRQ's post sequence.
+const srqBit = uint64(1) << 62
+
+var _ rdma.SRQDevice = (*Device)(nil)
+
+// CreateSRQ creates a shared receive queue (ibv_create_srq, one SGE per
+// receive) holding at most depth receives, 1 up to the device's max_srq_wr.
+// Queue pairs dialled or accepted with it in QPConfig.SRQ take their
+// receives from it; each such connection's completion queue is sized for
+// depth receive completions besides its sends. Errors: rdma.ErrClosed after
+// Close, a range error for depth, or the failed call.
+func (d *Device) CreateSRQ(depth int) (rdma.SRQ, error) {
+	if d.lim.maxSRQWR <= 0 {
+		return nil, fmt.Errorf("verbs: %s has no shared receive queues (max_srq 0)", d.info.Name)
+	}
+	if depth < 1 || depth > d.lim.maxSRQWR {
+		return nil, fmt.Errorf("verbs: SRQ depth %d out of range 1..%d (max_srq_wr of %s)", depth, d.lim.maxSRQWR, d.info.Name)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, rdma.ErrClosed
+	}
+	cs := C.gs_create_srq(d.pd, C.int(depth))
+	if cs == nil {
+		return nil, fmt.Errorf("verbs: ibv_create_srq of %d receives on %s failed", depth, d.info.Name)
+	}
+	s := &srq{d: d, s: cs, depth: depth, ids: map[uint64]uint64{}, users: map[*conn]struct{}{}}
+	d.srqs[s] = struct{}{}
+	return s, nil
+}
+
+// srq implements rdma.SRQ on an ibv_srq.
+//
+// The adapter does not report when it takes a receive from the SRQ, only its
+// completion on the consuming QP's CQ: a buffer counts as posted (Posted, and
+// against the depth) until that completion has been polled. A receive that a
+// QP consumed but that never completes (its QP destroyed first) keeps its
+// slot until Close.
+type srq struct {
+	d     *Device
+	s     *C.struct_ibv_srq // nil after Close
+	depth int
+
+	mu    sync.Mutex
+	seq   uint64            // next post sequence number
+	ids   map[uint64]uint64 // post sequence -> RecvWR.ID, for buffers not yet completed
+	users map[*conn]struct{}
+}
+
+func (s *srq) attach(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.s == nil {
+		return false
+	}
+	s.users[c] = struct{}{}
+	return true
+}
+
+func (s *srq) detach(c *conn) {
+	s.mu.Lock()
+	delete(s.users, c)
+	s.mu.Unlock()
+}
+
+// complete returns the RecvWR.ID of the receive posted as seq and frees its
+// slot.
+func (s *srq) complete(seq uint64) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.ids[seq]
+	delete(s.ids, seq)
+	return id
+}
+
+// PostRecv posts receives (ibv_post_srq_recv), up to 64 per call into the
+// library. It stops at the first it cannot post, leaving the earlier ones
+// posted: rdma.ErrInvalidWR (a region of another device, deregistered, or
+// without local write access; an SGE outside its region), rdma.ErrQueueFull
+// (depth receives posted and not completed, or the adapter's ENOMEM),
+// rdma.ErrClosed.
+func (s *srq) PostRecv(wrs ...rdma.RecvWR) error {
+	for len(wrs) > 0 {
+		n := min(len(wrs), 64)
+		if err := s.postRecv(wrs[:n]); err != nil {
+			return err
+		}
+		wrs = wrs[n:]
+	}
+	return nil
+}
+
+func (s *srq) postRecv(wrs []rdma.RecvWR) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.s == nil {
+		return rdma.ErrClosed
+	}
+	var ids [64]C.uint64_t
+	var sges [64]C.struct_ibv_sge
+	n := 0
+	var stop error
+	for _, w := range wrs {
+		if len(s.ids)+n >= s.depth {
+			stop = rdma.ErrQueueFull
+			break
+		}
+		sg, err := s.d.recvSGE(w)
+		if err != nil {
+			stop = err
+			break
+		}
+		ids[n], sges[n] = C.uint64_t((s.seq+uint64(n))|recvBit|srqBit), sg
+		n++
+	}
+	if n == 0 {
+		return stop
+	}
+	// Map the IDs first: a completion may be polled as soon as they are posted.
+	for i := range n {
+		s.ids[s.seq+uint64(i)] = wrs[i].ID
+	}
+	var posted C.int
+	rc := C.gs_post_recv(nil, s.s, &ids[0], &sges[0], C.int(n), &posted)
+	for i := int(posted); i < n; i++ {
+		delete(s.ids, s.seq+uint64(i))
+	}
+	s.seq += uint64(n)
+	if rc != 0 {
+		if rc == C.ENOMEM {
+			return rdma.ErrQueueFull
+		}
+		return fmt.Errorf("verbs: ibv_post_srq_recv: %w", syscall.Errno(rc))
+	}
+	return stop
+}
+
+// Posted is how many receives are posted and not yet completed.
+func (s *srq) Posted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.ids)
+}
+
+// Close destroys the SRQ (ibv_destroy_srq). It fails while a queue pair
+// created on it still exists: a connection's QP is freed once it is closed
+// and Poll has drained it (or at Device.Close). Safe to call more than once.
+func (s *srq) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.s == nil {
+		return nil
+	}
+	if n := len(s.users); n > 0 {
+		return fmt.Errorf("verbs: shared receive queue still used by %d queue pairs (close and drain them first)", n)
+	}
+	rc := C.ibv_destroy_srq(s.s)
+	s.s = nil
+	s.ids = nil
+	s.d.mu.Lock()
+	delete(s.d.srqs, s)
+	s.d.mu.Unlock()
+	if rc != 0 {
+		return fmt.Errorf("verbs: ibv_destroy_srq: %w", syscall.Errno(rc))
+	}
+	return nil
+}

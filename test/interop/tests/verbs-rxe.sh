@@ -34,6 +34,9 @@ if command -v verbs.test >/dev/null; then
 	verbs_test main '^(TestConnectSendWriteRead|TestRejectCarriesPrivateData|TestDeviceFor|TestConformance)$/^(RDMA|Queue|InvalidWR|Deregister|Close|Concurrent|GoroutineLeak)$'
 	verbs_test connect '^TestConformance$/^Connect$/^(DialContext|ListenerClose)$'
 	verbs_test sendrecv '^TestConformance$/^SendRecv$/^(Sizes|Gather|FIFO|Unsignaled|Bidirectional)$'
+	# shared receive queues (ibv_create_srq on rxe0)
+	verbs_test srq '^TestConformance$/^SRQ$'
+	grep -q -- '--- SKIP: TestConformance/SRQ' "$RUN/verbs-test-srq.log" && fail "SRQ conformance skipped on rxe0"
 else
 	fail "verbs.test not built"
 fi
