@@ -4,21 +4,37 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/gosrp/gosrp/scsi"
 	"github.com/gosrp/gosrp/srp/target"
 )
 
-// adminServer is the admin API: HTTP over a unix socket.
+// adminServer is the admin API: HTTP/1.1 with JSON bodies over a unix
+// socket (mode 0600; only root and the daemon's own user may connect,
+// checked with SO_PEERCRED). docs/srptd.md lists the endpoints:
 //
-//	GET    /sessions         → JSON list of channels of every port
-//	DELETE /sessions/{name}  → SRP_T_LOGOUT and close the channels of an
-//	                           initiator port ID (32 hex digits) or one
-//	                           channel number; 404 if none matched
+//	GET    /login-info          add_target strings, one per listener
+//	GET    /sessions            channels with their counters
+//	DELETE /sessions/{name}     SRP_T_LOGOUT an initiator port ID or channel
+//	GET    /luns                logical units, backstores and counters
+//	POST   /luns                attach a LUN (a [[lun]] section as JSON)
+//	DELETE /luns/{lun}          detach a LUN and close its backstore
+//	GET    /acls                the [[acl]] sections
+//	POST   /acls                add an ACL (an [[acl]] section as JSON)
+//	DELETE /acls/{initiator}    remove an ACL
+//	POST   /save                write the running configuration
+//
+// Errors are a status code with {"error": "..."}.
 type adminServer struct {
 	srv  *http.Server
 	path string
@@ -29,43 +45,87 @@ type sessionJSON struct {
 	target.SessionInfo
 }
 
-func startAdmin(path string, ports []*target.Port, log *slog.Logger) (*adminServer, error) {
+// lunJSON is one logical unit as GET /luns reports it.
+type lunJSON struct {
+	LUN       uint64      `json:"lun"`
+	Name      string      `json:"name,omitempty"`
+	Backstore string      `json:"backstore"`
+	Path      string      `json:"path,omitempty"` // resolved
+	Size      int64       `json:"size"`           // bytes
+	BlockSize uint32      `json:"block_size"`     // bytes
+	ReadOnly  bool        `json:"read_only,omitempty"`
+	Serial    string      `json:"serial"`
+	Counters  lunCounters `json:"counters"`
+}
+
+// LUNs reports the attached logical units in LUN order.
+func (d *daemon) LUNs() []lunJSON {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := []lunJSON{}
+	for _, n := range slicesSorted(d.luns) {
+		st := d.luns[n]
+		out = append(out, lunJSON{
+			LUN: n, Name: st.sec.Name, Backstore: st.sec.Backstore, Path: st.path,
+			Size: st.bs.Size(), BlockSize: st.lu.BlockSize(), ReadOnly: st.sec.ReadOnly,
+			Serial: st.serial, Counters: st.stats.snapshot(),
+		})
+	}
+	return out
+}
+
+func slicesSorted[V any](m map[uint64]V) []uint64 {
+	keys := make([]uint64, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// Sessions reports every channel of every port.
+func (d *daemon) Sessions() []sessionJSON {
+	out := []sessionJSON{}
+	for _, p := range d.Ports() {
+		for _, s := range p.Sessions() {
+			out = append(out, sessionJSON{Port: p.Config().Name, SessionInfo: s})
+		}
+	}
+	slices.SortFunc(out, func(a, b sessionJSON) int {
+		if a.Port != b.Port {
+			if a.Port < b.Port {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Channel) - int(b.Channel)
+	})
+	return out
+}
+
+func startAdmin(path string, d *daemon, log *slog.Logger) (*adminServer, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		_ = os.Remove(path) // stale socket of an earlier run
+		// A socket nobody answers on is left over from an earlier run.
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, errors.New("another srptd is serving this admin socket")
+		}
+		_ = os.Remove(path)
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, err
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /sessions", func(w http.ResponseWriter, r *http.Request) {
-		out := []sessionJSON{}
-		for _, p := range ports {
-			for _, s := range p.Sessions() {
-				out = append(out, sessionJSON{Port: p.Config().Name, SessionInfo: s})
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
-	})
-	mux.HandleFunc("DELETE /sessions/{name}", func(w http.ResponseWriter, r *http.Request) {
-		name := r.PathValue("name")
-		found := false
-		for _, p := range ports {
-			if p.RemoveSession(name) {
-				found = true
-			}
-		}
-		if !found {
-			http.Error(w, "no such session", http.StatusNotFound)
-			return
-		}
-		log.Info("admin removed session", "name", name)
-		w.WriteHeader(http.StatusNoContent)
-	})
-	a := &adminServer{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, path: path}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	a := &adminServer{
+		srv:  &http.Server{Handler: adminHandler(d, log), ReadHeaderTimeout: 5 * time.Second},
+		path: path,
+	}
 	go func() {
-		if err := a.srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := a.srv.Serve(peerCheckListener{l.(*net.UnixListener), log}); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("admin API stopped", "err", err)
 		}
 	}()
@@ -78,4 +138,159 @@ func (a *adminServer) Close() {
 	defer cancel()
 	_ = a.srv.Shutdown(ctx)
 	_ = os.Remove(a.path)
+}
+
+// peerCheckListener accepts connections only from root and from the
+// daemon's own effective user (SO_PEERCRED).
+type peerCheckListener struct {
+	*net.UnixListener
+	log *slog.Logger
+}
+
+func (l peerCheckListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return nil, err
+		}
+		uid, err := peerUID(c)
+		if err == nil && (uid == 0 || uid == os.Geteuid()) {
+			return c, nil
+		}
+		l.log.Warn("admin API: connection refused", "uid", uid, "err", err)
+		c.Close()
+	}
+}
+
+func peerUID(c *net.UnixConn) (int, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return -1, err
+	}
+	if cerr != nil {
+		return -1, cerr
+	}
+	return int(cred.Uid), nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	code := http.StatusBadRequest
+	switch {
+	case errors.Is(err, errNotFound), errors.Is(err, scsi.ErrNoSuchLUN):
+		code = http.StatusNotFound
+	case errors.Is(err, errConflict):
+		code = http.StatusConflict
+	}
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// decodeBody reads a JSON body; unknown fields are errors.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	return nil
+}
+
+func adminHandler(d *daemon, log *slog.Logger) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /login-info", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.LoginInfo())
+	})
+	mux.HandleFunc("GET /sessions", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Sessions())
+	})
+	mux.HandleFunc("DELETE /sessions/{name}", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		found := false
+		for _, p := range d.Ports() {
+			if p.RemoveSession(name) {
+				found = true
+			}
+		}
+		if !found {
+			writeErr(w, fmt.Errorf("no session %q: %w", name, errNotFound))
+			return
+		}
+		log.Info("admin removed session", "name", name)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /luns", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.LUNs())
+	})
+	mux.HandleFunc("POST /luns", func(w http.ResponseWriter, r *http.Request) {
+		var sec LUNSection
+		if err := decodeBody(r, &sec); err != nil {
+			writeErr(w, err)
+			return
+		}
+		if err := d.AddLUN(sec); err != nil {
+			writeErr(w, err)
+			return
+		}
+		log.Info("admin added LUN", "lun", *sec.LUN)
+		w.WriteHeader(http.StatusCreated)
+	})
+	mux.HandleFunc("DELETE /luns/{lun}", func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.ParseUint(r.PathValue("lun"), 10, 64)
+		if err != nil {
+			writeErr(w, fmt.Errorf("%q is not a LUN number", r.PathValue("lun")))
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		defer cancel()
+		if err := d.RemoveLUN(ctx, n); err != nil {
+			writeErr(w, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /acls", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.ACLs())
+	})
+	mux.HandleFunc("POST /acls", func(w http.ResponseWriter, r *http.Request) {
+		var a ACLSection
+		if err := decodeBody(r, &a); err != nil {
+			writeErr(w, err)
+			return
+		}
+		if err := d.AddACL(a); err != nil {
+			writeErr(w, err)
+			return
+		}
+		log.Info("admin added ACL", "initiator", a.Initiator)
+		w.WriteHeader(http.StatusCreated)
+	})
+	mux.HandleFunc("DELETE /acls/{initiator}", func(w http.ResponseWriter, r *http.Request) {
+		if err := d.RemoveACL(r.PathValue("initiator")); err != nil {
+			writeErr(w, err)
+			return
+		}
+		log.Info("admin removed ACL", "initiator", r.PathValue("initiator"))
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("POST /save", func(w http.ResponseWriter, r *http.Request) {
+		p, err := d.Save()
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"path": p})
+	})
+	return mux
 }

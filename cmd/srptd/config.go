@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,67 +23,82 @@ var defaultConfig string
 
 // Config is the srptd configuration file (TOML). See docs/srptd.md.
 type Config struct {
-	Target TargetSection `toml:"target"`
-	Ports  []PortSection `toml:"port"`
-	LUNs   []LUNSection  `toml:"lun"`
-	ACLs   []ACLSection  `toml:"acl"`
-	Admin  AdminSection  `toml:"admin"`
+	Target  TargetSection  `toml:"target"`
+	Ports   []PortSection  `toml:"port"`
+	LUNs    []LUNSection   `toml:"lun"`
+	ACLs    []ACLSection   `toml:"acl"`
+	Admin   AdminSection   `toml:"admin"`
+	Metrics MetricsSection `toml:"metrics"`
+
+	// src locates keys in the file the configuration came from, for errors.
+	src *source
+	// flagged names the keys a command-line flag set: field → flag.
+	flagged map[string]string
 }
 
 // TargetSection holds the tunables shared by every port.
 type TargetSection struct {
-	MaxReqSize      Size     `toml:"max_req_size"`     // bytes, LOGIN_RSP max_it_iu_len
-	MaxRspSize      Size     `toml:"max_rsp_size"`     // bytes, largest IU sent
-	SQSize          int      `toml:"sq_size"`          // send queue, work requests
-	RQSize          int      `toml:"rq_size"`          // receive ring, IUs (initial credit)
-	MaxRDMASize     Size     `toml:"max_rdma_size"`    // bytes per RDMA READ/WRITE
-	MaxDataLen      Size     `toml:"max_data_len"`     // bytes per command
-	MaxChannels     int      `toml:"max_channels"`     // per I_T nexus
-	DemoMode        *bool    `toml:"demo_mode"`        // admit every initiator
-	Multichannel    *bool    `toml:"multichannel"`     // accept MULTI logins
-	ImmediateData   *bool    `toml:"immediate_data"`   // accept SRP-2 immediate data
-	ShutdownTimeout Duration `toml:"shutdown_timeout"` // graceful shutdown bound
+	MaxReqSize       Size     `toml:"max_req_size,omitzero" json:"max_req_size,omitempty"`             // bytes, LOGIN_RSP max_it_iu_len
+	MaxRspSize       Size     `toml:"max_rsp_size,omitzero" json:"max_rsp_size,omitempty"`             // bytes, largest IU sent
+	SQSize           int      `toml:"sq_size,omitzero" json:"sq_size,omitempty"`                       // send queue, work requests
+	RQSize           int      `toml:"rq_size,omitzero" json:"rq_size,omitempty"`                       // receive ring, IUs (initial credit)
+	MaxRDMASize      Size     `toml:"max_rdma_size,omitzero" json:"max_rdma_size,omitempty"`           // bytes per RDMA READ/WRITE
+	MaxDataLen       Size     `toml:"max_data_len,omitzero" json:"max_data_len,omitempty"`             // bytes per command
+	MaxChannels      int      `toml:"max_channels,omitzero" json:"max_channels,omitempty"`             // per I_T nexus
+	MaxTotalChannels int      `toml:"max_total_channels,omitzero" json:"max_total_channels,omitempty"` // per port, all nexuses
+	DemoMode         *bool    `toml:"demo_mode" json:"demo_mode,omitempty"`                            // admit every initiator
+	Multichannel     *bool    `toml:"multichannel" json:"multichannel,omitempty"`                      // accept MULTI logins
+	ImmediateData    *bool    `toml:"immediate_data" json:"immediate_data,omitempty"`                  // accept SRP-2 immediate data
+	ShutdownTimeout  Duration `toml:"shutdown_timeout,omitzero" json:"shutdown_timeout,omitempty"`     // graceful shutdown bound
+	DataDir          string   `toml:"data_dir,omitempty" json:"data_dir,omitempty"`                    // identity, default LUN, admin socket
 }
 
 // PortSection is one SRP target port.
 type PortSection struct {
-	Name        string   `toml:"name"`
-	Transport   string   `toml:"transport"`    // "iwarp" or "verbs"
-	Listen      []string `toml:"listen"`       // host:port addresses
-	ServiceGUID string   `toml:"service_guid"` // 16 hex digits (id_ext = ioc_guid)
-	Device      string   `toml:"device"`       // verbs device name
-	DevicePort  int      `toml:"device_port"`  // verbs port, 1-based
-	BusyPoll    bool     `toml:"busy_poll"`    // verbs: spin on the CQ instead of sleeping
-	MPACRC      bool     `toml:"mpa_crc"`      // iWARP: ask for the MPA CRC32c
+	Name        string   `toml:"name,omitempty"`
+	Transport   string   `toml:"transport,omitempty"`    // "iwarp" or "verbs"
+	Listen      []string `toml:"listen,omitempty"`       // host:port addresses
+	ServiceGUID string   `toml:"service_guid,omitempty"` // 16 hex digits (id_ext = ioc_guid)
+	Device      string   `toml:"device,omitempty"`       // verbs device name
+	DevicePort  int      `toml:"device_port,omitzero"`   // verbs port, 1-based
+	BusyPoll    bool     `toml:"busy_poll,omitempty"`    // verbs: spin on the CQ instead of sleeping
+	MPACRC      bool     `toml:"mpa_crc,omitempty"`      // iWARP: ask for the MPA CRC32c
 	// CompletionFences (iWARP) completes SEND and RDMA WRITE work only once
 	// the peer proved it placed it (zero-length Read fences); off by
 	// default: completion at transmit, as Linux siw.
-	CompletionFences bool `toml:"completion_fences"`
+	CompletionFences bool `toml:"completion_fences,omitempty"`
 }
 
-// LUNSection is one logical unit.
+// LUNSection is one logical unit and the backstore behind it.
 type LUNSection struct {
-	LUN        *uint64 `toml:"lun"`        // LUN number 0..16383
-	Name       string  `toml:"name"`       // for logs and ACLs
-	Backstore  string  `toml:"backstore"`  // "ram", "file" or "block"
-	Path       string  `toml:"path"`       // file or block device
-	Size       Size    `toml:"size"`       // bytes; ram: required; file: creates/extends
-	BlockSize  int     `toml:"block_size"` // 512, 1024, 2048, 4096
-	ReadOnly   bool    `toml:"read_only"`
-	WriteCache bool    `toml:"write_cache"`
-	Serial     string  `toml:"serial"`
-	WWN        string  `toml:"wwn"` // NAA 6 designator, 32 hex digits
+	LUN        *uint64 `toml:"lun" json:"lun"`                                     // LUN number 0..16383
+	Name       string  `toml:"name,omitempty" json:"name,omitempty"`               // for logs and metrics
+	Backstore  string  `toml:"backstore" json:"backstore"`                         // "ram", "file" or "block"
+	Path       string  `toml:"path,omitempty" json:"path,omitempty"`               // file or block device
+	Size       Size    `toml:"size,omitzero" json:"size,omitempty"`                // bytes; ram: required; file: creates/extends
+	BlockSize  int     `toml:"block_size,omitzero" json:"block_size,omitempty"`    // 512, 1024, 2048, 4096
+	ReadOnly   bool    `toml:"read_only,omitempty" json:"read_only,omitempty"`     // DATA PROTECT on writes
+	WriteCache bool    `toml:"write_cache,omitempty" json:"write_cache,omitempty"` // initial WCE
+	Serial     string  `toml:"serial,omitempty" json:"serial,omitempty"`           // VPD 80h
+	WWN        string  `toml:"wwn,omitempty" json:"wwn,omitempty"`                 // NAA 6 designator, 32 hex digits
 }
 
 // ACLSection admits one initiator.
 type ACLSection struct {
-	Initiator string            `toml:"initiator"` // GUID, port ID hex or IP
-	LUNs      map[string]uint64 `toml:"luns"`      // initiator LUN → target LUN
+	Initiator string            `toml:"initiator" json:"initiator"`           // GUID, port ID hex or IP
+	LUNs      map[string]uint64 `toml:"luns,omitempty" json:"luns,omitempty"` // initiator LUN → target LUN
 }
 
 // AdminSection configures the admin API.
 type AdminSection struct {
-	Socket string `toml:"socket"` // unix socket path; empty: no admin API
+	// Socket is the unix socket path; empty: DATA_DIR/srptd.sock when there
+	// is a data directory, else no admin API.
+	Socket string `toml:"socket,omitempty"`
+}
+
+// MetricsSection configures the Prometheus listener.
+type MetricsSection struct {
+	Listen string `toml:"listen,omitempty"` // host:port serving /metrics; empty: none
 }
 
 // Size is a byte count written as an integer or a string with a unit:
@@ -103,6 +120,22 @@ func (s *Size) UnmarshalTOML(v any) error {
 		return err
 	}
 	return fmt.Errorf("size must be an integer (bytes) or a string like \"64KiB\", got %T", v)
+}
+
+// UnmarshalJSON accepts the same forms as UnmarshalTOML.
+func (s *Size) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		str, err := strconv.Unquote(string(b))
+		if err != nil {
+			return err
+		}
+		return s.UnmarshalTOML(str)
+	}
+	n, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return fmt.Errorf("bad size %s", b)
+	}
+	return s.UnmarshalTOML(n)
 }
 
 // ParseSize parses "4096", "64K", "64KiB", "1GiB", "1.5MiB" into bytes.
@@ -140,33 +173,118 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// LoadConfig parses a TOML configuration. Unknown keys are errors naming
-// the key; then the configuration is validated (Validate).
-func LoadConfig(text, source string) (*Config, error) {
-	var c Config
-	md, err := toml.Decode(text, &c)
-	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return nil, fmt.Errorf("%s: %s", source, pe.ErrorWithPosition())
-		}
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return nil, fmt.Errorf("%s: unknown key %s", source, strings.Join(keys, ", "))
-	}
-	return &c, nil
+// MarshalText implements encoding.TextMarshaler ("10s").
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(time.Duration(d).String()), nil
 }
 
-// Validate checks the configuration; errors name the field, e.g.
-// "lun[1].size: ...".
-func (c *Config) Validate() error {
+// rawConfig is the first decoding pass: tables as Primitives, so each
+// element of an array of tables decodes on its own and an error knows its
+// index.
+type rawConfig struct {
+	Target  toml.Primitive   `toml:"target"`
+	Ports   []toml.Primitive `toml:"port"`
+	LUNs    []toml.Primitive `toml:"lun"`
+	ACLs    []toml.Primitive `toml:"acl"`
+	Admin   toml.Primitive   `toml:"admin"`
+	Metrics toml.Primitive   `toml:"metrics"`
+}
+
+// lineKeyRE matches the "line N (last key ...)" prefix of the TOML
+// decoder's type errors.
+var lineKeyRE = regexp.MustCompile(`^toml: (?:line \d+ )?\(last key "([^"]*)"\): `)
+
+// LoadConfig parses a TOML configuration. Errors name the source, the line
+// and the key ("srptd.toml:12: lun[1].size: ..."); unknown keys are errors.
+// The result is not yet validated (Validate).
+func LoadConfig(text, source string) (*Config, error) {
+	src := scanSource(text, source)
+	var raw rawConfig
+	md, err := toml.Decode(text, &raw)
+	if err != nil {
+		return nil, src.decodeError(err, "")
+	}
+	c := &Config{src: src}
+	decode := func(p toml.Primitive, field string, v any) error {
+		if err := md.PrimitiveDecode(p, v); err != nil {
+			return src.decodeError(err, field)
+		}
+		return nil
+	}
+	if err := decode(raw.Target, "target", &c.Target); err != nil {
+		return nil, err
+	}
+	c.Ports = make([]PortSection, len(raw.Ports))
+	for i, p := range raw.Ports {
+		if err := decode(p, fmt.Sprintf("port[%d]", i), &c.Ports[i]); err != nil {
+			return nil, err
+		}
+	}
+	c.LUNs = make([]LUNSection, len(raw.LUNs))
+	for i, p := range raw.LUNs {
+		if err := decode(p, fmt.Sprintf("lun[%d]", i), &c.LUNs[i]); err != nil {
+			return nil, err
+		}
+	}
+	c.ACLs = make([]ACLSection, len(raw.ACLs))
+	for i, p := range raw.ACLs {
+		if err := decode(p, fmt.Sprintf("acl[%d]", i), &c.ACLs[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := decode(raw.Admin, "admin", &c.Admin); err != nil {
+		return nil, err
+	}
+	if err := decode(raw.Metrics, "metrics", &c.Metrics); err != nil {
+		return nil, err
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		// The first unknown key, located by its indexed name.
+		k := und[0].String()
+		field := src.firstIndexed(k)
+		return nil, src.errorAt(field, "unknown key")
+	}
+	return c, nil
+}
+
+// fieldError is a configuration error about one key, e.g. "lun[1].size".
+type fieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *fieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func ferr(field, format string, args ...any) error {
+	return &fieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// explain adds the file and line (or the flag) to a fieldError from
+// Validate.
+func (c *Config) explain(err error) error {
+	var fe *fieldError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	for f, flag := range c.flagged {
+		if fe.Field == f || strings.HasPrefix(fe.Field, f+".") {
+			return fmt.Errorf("%s: %s", flag, fe.Msg)
+		}
+	}
+	if c.src == nil {
+		return err
+	}
+	return c.src.errorAt(fe.Field, fe.Msg)
+}
+
+// Validate checks the configuration. The error names the file, the line
+// and the key, e.g. "srptd.toml:12: lun[1].block_size: 3000 is not 512,
+// 1024, 2048 or 4096".
+func (c *Config) Validate() error { return c.explain(c.validate()) }
+
+func (c *Config) validate() error {
 	if len(c.Ports) == 0 {
-		return errors.New("port: at least one [[port]] is required")
+		return ferr("port", "at least one [[port]] is required")
 	}
 	names := map[string]bool{}
 	for i, p := range c.Ports {
@@ -174,98 +292,146 @@ func (c *Config) Validate() error {
 		switch p.Transport {
 		case "", "iwarp", "verbs":
 		default:
-			return fmt.Errorf("%s.transport: %q is not iwarp or verbs", f, p.Transport)
+			return ferr(f+".transport", "%q is not iwarp or verbs", p.Transport)
 		}
 		if len(p.Listen) == 0 && p.Transport != "verbs" {
-			return fmt.Errorf("%s.listen: at least one host:port is required", f)
+			return ferr(f+".listen", "at least one host:port is required")
 		}
 		for _, a := range p.Listen {
 			if _, _, err := splitHostPort(a); err != nil {
-				return fmt.Errorf("%s.listen: %v", f, err)
+				return ferr(f+".listen", "%v", err)
 			}
 		}
 		if p.ServiceGUID != "" {
 			if _, err := parseGUID(p.ServiceGUID); err != nil {
-				return fmt.Errorf("%s.service_guid: %v", f, err)
+				return ferr(f+".service_guid", "%v", err)
 			}
 		}
 		if p.DevicePort < 0 {
-			return fmt.Errorf("%s.device_port: %d must be 1 or more", f, p.DevicePort)
+			return ferr(f+".device_port", "%d must be 1 or more", p.DevicePort)
 		}
-		if p.Name != "" && names[p.Name] {
-			return fmt.Errorf("%s.name: %q used twice", f, p.Name)
+		if names[portName(p, i)] {
+			return ferr(f+".name", "%q used twice", portName(p, i))
 		}
-		names[p.Name] = true
+		names[portName(p, i)] = true
 	}
 	luns := map[uint64]bool{}
 	for i, l := range c.LUNs {
 		f := fmt.Sprintf("lun[%d]", i)
-		if l.LUN == nil {
-			return fmt.Errorf("%s.lun: LUN number required", f)
-		}
-		if *l.LUN > 16383 {
-			return fmt.Errorf("%s.lun: %d out of range 0..16383", f, *l.LUN)
+		if err := validateLUN(f, l); err != nil {
+			return err
 		}
 		if luns[*l.LUN] {
-			return fmt.Errorf("%s.lun: LUN %d used twice", f, *l.LUN)
+			return ferr(f+".lun", "LUN %d used twice", *l.LUN)
 		}
 		luns[*l.LUN] = true
-		switch l.Backstore {
-		case "ram":
-			if l.Size <= 0 {
-				return fmt.Errorf("%s.size: a ram backstore needs a size", f)
-			}
-			if l.Path != "" {
-				return fmt.Errorf("%s.path: a ram backstore has no path", f)
-			}
-		case "file", "block":
-			if l.Path == "" {
-				return fmt.Errorf("%s.path: a %s backstore needs a path", f, l.Backstore)
-			}
-			if l.Backstore == "block" && l.Size != 0 {
-				return fmt.Errorf("%s.size: a block device is sized by the device", f)
-			}
-		case "":
-			return fmt.Errorf("%s.backstore: required (ram, file or block)", f)
-		default:
-			return fmt.Errorf("%s.backstore: %q is not ram, file or block", f, l.Backstore)
-		}
-		switch l.BlockSize {
-		case 0, 512, 1024, 2048, 4096:
-		default:
-			return fmt.Errorf("%s.block_size: %d is not 512, 1024, 2048 or 4096", f, l.BlockSize)
-		}
-		if l.Size > 0 && l.BlockSize > 0 && int64(l.Size)%int64(l.BlockSize) != 0 {
-			return fmt.Errorf("%s.size: %d bytes is not a multiple of block_size %d", f, l.Size, l.BlockSize)
-		}
-		if l.WWN != "" {
-			if _, err := parseWWN(l.WWN); err != nil {
-				return fmt.Errorf("%s.wwn: %v", f, err)
-			}
-		}
-		if len(l.Serial) > 64 {
-			return fmt.Errorf("%s.serial: longer than 64 bytes", f)
-		}
 	}
+	acls := map[string]bool{}
 	for i, a := range c.ACLs {
 		f := fmt.Sprintf("acl[%d]", i)
-		if _, err := target.ParseInitiator(a.Initiator); err != nil {
-			return fmt.Errorf("%s.initiator: %v", f, err)
+		m, err := validateACL(f, a, luns)
+		if err != nil {
+			return err
 		}
-		for k, v := range a.LUNs {
-			n, err := strconv.ParseUint(k, 10, 64)
-			if err != nil || n > 16383 {
-				return fmt.Errorf("%s.luns: key %q is not a LUN number 0..16383", f, k)
-			}
-			if !luns[v] {
-				return fmt.Errorf("%s.luns.%s: target LUN %d is not configured", f, k, v)
-			}
+		if acls[m.String()] {
+			return ferr(f+".initiator", "%s has an ACL already", m)
+		}
+		acls[m.String()] = true
+	}
+	if a := c.Metrics.Listen; a != "" {
+		if _, _, err := splitHostPort(a); err != nil {
+			return ferr("metrics.listen", "%v", err)
 		}
 	}
 	if err := c.targetConfig(0).Validate(); err != nil {
-		return fmt.Errorf("target.%v", err)
+		// target.Config errors name the key ("max_rsp_size: ...").
+		k, msg, ok := strings.Cut(err.Error(), ": ")
+		if !ok {
+			return ferr("target", "%v", err)
+		}
+		return ferr("target."+k, "%s", msg)
 	}
 	return nil
+}
+
+// validateLUN checks one [[lun]] (f is its name, "lun[3]").
+func validateLUN(f string, l LUNSection) error {
+	if l.LUN == nil {
+		return ferr(f+".lun", "required (the LUN number, 0..16383)")
+	}
+	if *l.LUN > 16383 {
+		return ferr(f+".lun", "%d out of range 0..16383", *l.LUN)
+	}
+	switch l.Backstore {
+	case "ram":
+		if l.Size <= 0 {
+			return ferr(f+".size", "a ram backstore needs a size")
+		}
+		if l.Path != "" {
+			return ferr(f+".path", "a ram backstore has no path")
+		}
+	case "file", "block":
+		if l.Path == "" {
+			return ferr(f+".path", "a %s backstore needs a path", l.Backstore)
+		}
+		if l.Backstore == "block" && l.Size != 0 {
+			return ferr(f+".size", "a block device is sized by the device")
+		}
+	case "":
+		return ferr(f+".backstore", "required (ram, file or block)")
+	default:
+		return ferr(f+".backstore", "%q is not ram, file or block", l.Backstore)
+	}
+	switch l.BlockSize {
+	case 0, 512, 1024, 2048, 4096:
+	default:
+		return ferr(f+".block_size", "%d is not 512, 1024, 2048 or 4096", l.BlockSize)
+	}
+	if l.Size > 0 && l.BlockSize > 0 && int64(l.Size)%int64(l.BlockSize) != 0 {
+		return ferr(f+".size", "%d bytes is not a multiple of block_size %d", l.Size, l.BlockSize)
+	}
+	if l.WWN != "" {
+		if _, err := parseWWN(l.WWN); err != nil {
+			return ferr(f+".wwn", "%v", err)
+		}
+	}
+	if len(l.Serial) > 64 {
+		return ferr(f+".serial", "longer than 64 bytes")
+	}
+	for i := 0; i < len(l.Serial); i++ {
+		if l.Serial[i] < 0x20 || l.Serial[i] > 0x7e {
+			return ferr(f+".serial", "%q is not printable ASCII", l.Serial)
+		}
+	}
+	return nil
+}
+
+// validateACL checks one [[acl]] against the configured LUN numbers.
+func validateACL(f string, a ACLSection, luns map[uint64]bool) (target.InitiatorMatch, error) {
+	m, err := target.ParseInitiator(a.Initiator)
+	if err != nil {
+		return m, ferr(f+".initiator", "%v", err)
+	}
+	for _, k := range sortedKeys(a.LUNs) {
+		v := a.LUNs[k]
+		n, err := strconv.ParseUint(k, 10, 64)
+		if err != nil || n > 16383 {
+			return m, ferr(f+".luns."+k, "%q is not a LUN number 0..16383", k)
+		}
+		if !luns[v] {
+			return m, ferr(f+".luns."+k, "target LUN %d is not configured", v)
+		}
+	}
+	return m, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // targetConfig builds the SRP target port configuration (without the
@@ -273,18 +439,27 @@ func (c *Config) Validate() error {
 func (c *Config) targetConfig(guid uint64) target.Config {
 	t := c.Target
 	tc := target.Config{
-		ServiceGUID:     guid,
-		MaxReqSize:      int(t.MaxReqSize),
-		MaxRspSize:      int(t.MaxRspSize),
-		SQSize:          t.SQSize,
-		RQSize:          t.RQSize,
-		MaxRDMASize:     int(t.MaxRDMASize),
-		MaxDataLen:      int(t.MaxDataLen),
-		MaxChannels:     t.MaxChannels,
-		DemoMode:        t.DemoMode != nil && *t.DemoMode,
-		NoMultichannel:  t.Multichannel != nil && !*t.Multichannel,
-		NoImmediateData: t.ImmediateData != nil && !*t.ImmediateData,
+		ServiceGUID:      guid,
+		MaxReqSize:       int(t.MaxReqSize),
+		MaxRspSize:       int(t.MaxRspSize),
+		SQSize:           t.SQSize,
+		RQSize:           t.RQSize,
+		MaxRDMASize:      int(t.MaxRDMASize),
+		MaxDataLen:       int(t.MaxDataLen),
+		MaxChannels:      t.MaxChannels,
+		MaxTotalChannels: t.MaxTotalChannels,
+		DemoMode:         t.DemoMode != nil && *t.DemoMode,
+		NoMultichannel:   t.Multichannel != nil && !*t.Multichannel,
+		NoImmediateData:  t.ImmediateData != nil && !*t.ImmediateData,
 	}
+	tc.ACLs = c.targetACLs()
+	return tc
+}
+
+// targetACLs converts the [[acl]] sections (skipping invalid ones, which
+// Validate reports).
+func (c *Config) targetACLs() []target.ACL {
+	var out []target.ACL
 	for _, a := range c.ACLs {
 		m, err := target.ParseInitiator(a.Initiator)
 		if err != nil {
@@ -293,19 +468,25 @@ func (c *Config) targetConfig(guid uint64) target.Config {
 		acl := target.ACL{Initiator: m}
 		if len(a.LUNs) > 0 {
 			acl.LUNs = map[uint64]uint64{}
-			keys := make([]string, 0, len(a.LUNs))
-			for k := range a.LUNs {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
+			for _, k := range sortedKeys(a.LUNs) {
 				n, _ := strconv.ParseUint(k, 10, 64)
 				acl.LUNs[n] = a.LUNs[k]
 			}
 		}
-		tc.ACLs = append(tc.ACLs, acl)
+		out = append(out, acl)
 	}
-	return tc
+	return out
+}
+
+// Encode writes the configuration as TOML that LoadConfig reads back to
+// the same values.
+func (c *Config) Encode() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteString("# srptd configuration (see docs/srptd.md)\n\n")
+	if err := toml.NewEncoder(&b).Encode(c); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 func parseGUID(s string) (uint64, error) {
@@ -327,12 +508,8 @@ func parseWWN(s string) ([16]byte, error) {
 	return w, nil
 }
 
-// readConfig returns the configuration from path, or the embedded default
-// when path is empty.
-func readConfig(path string) (*Config, error) {
-	if path == "" {
-		return LoadConfig(defaultConfig, "embedded default config")
-	}
+// readConfigFile reads and parses a configuration file.
+func readConfigFile(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

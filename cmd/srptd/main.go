@@ -2,9 +2,10 @@
 // block devices as SCSI logical units to SRP initiators (Linux ib_srp,
 // srpctl) over pure-Go iWARP (TCP) or RDMA hardware.
 //
-// With no arguments it serves an embedded default: a sparse 1 GiB RAM LUN on
-// iWARP port 5555, every initiator admitted. See docs/srptd.md for the
-// configuration file.
+// With no arguments it serves an embedded default: one sparse 1 GiB
+// file-backed LUN in the data directory (./srptd-data), iWARP on
+// 127.0.0.1:5555, every initiator admitted (demo mode, on loopback only).
+// See docs/srptd.md for the configuration file and the admin API.
 package main
 
 import (
@@ -20,15 +21,12 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
-	"github.com/gosrp/gosrp/backstore"
-	"github.com/gosrp/gosrp/rdma"
-	"github.com/gosrp/gosrp/scsi"
 	"github.com/gosrp/gosrp/srp/target"
 )
 
@@ -47,26 +45,34 @@ func main() {
 // options are the command-line flags.
 type options struct {
 	config    string
+	dataDir   string
 	listen    string
 	transport string
 	guid      string
 	demo      string
 	admin     string
+	metrics   string
 	verbose   bool
 	check     bool
 	pprof     string
 }
 
+// defaultDataDir is the data directory when neither -data-dir nor
+// target.data_dir names one.
+const defaultDataDir = "srptd-data"
+
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("srptd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := &options{}
-	fs.StringVar(&o.config, "config", "", "TOML configuration `file` (default: the embedded default)")
-	fs.StringVar(&o.listen, "listen", "", "comma-separated host:port `addresses` for the first port (overrides port[0].listen)")
+	fs.StringVar(&o.config, "config", "", "TOML configuration `file` (default: DATA_DIR/srptd.toml if it exists, else the embedded default)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "data `directory`: identity, the default LUN, the admin socket (default ./"+defaultDataDir+"; with -config only if given or set as target.data_dir)")
+	fs.StringVar(&o.listen, "listen", "", "comma-separated host:port `addresses` for the first port (default 127.0.0.1:5555; overrides port[0].listen)")
 	fs.StringVar(&o.transport, "transport", "", "transport of the first port: iwarp or verbs")
 	fs.StringVar(&o.guid, "guid", "", "service GUID of the first port, 16 hex digits")
 	fs.StringVar(&o.demo, "demo", "", "demo mode (admit every initiator): true or false")
-	fs.StringVar(&o.admin, "admin", "", "admin API unix socket `path`")
+	fs.StringVar(&o.admin, "admin", "", "admin API unix socket `path` (default DATA_DIR/srptd.sock)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on this `host:port` (/metrics)")
 	fs.BoolVar(&o.verbose, "v", false, "debug logging")
 	fs.BoolVar(&o.check, "check", false, "validate the configuration and exit")
 	fs.StringVar(&o.pprof, "pprof", "", "serve Go profiling (net/http/pprof) on this `host:port`, for debugging")
@@ -81,16 +87,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 
 // applyFlags lets the flags override the configuration's common items.
 func applyFlags(c *Config, o *options) error {
+	c.flagged = map[string]string{}
 	if len(c.Ports) > 0 {
 		p := &c.Ports[0]
 		if o.listen != "" {
 			p.Listen = strings.Split(o.listen, ",")
+			c.flagged["port[0].listen"] = "-listen"
 		}
 		if o.transport != "" {
 			p.Transport = o.transport
+			c.flagged["port[0].transport"] = "-transport"
 		}
 		if o.guid != "" {
 			p.ServiceGUID = o.guid
+			c.flagged["port[0].service_guid"] = "-guid"
 		}
 	}
 	if o.demo != "" {
@@ -108,17 +118,74 @@ func applyFlags(c *Config, o *options) error {
 	if o.admin != "" {
 		c.Admin.Socket = o.admin
 	}
+	if o.metrics != "" {
+		c.Metrics.Listen = o.metrics
+		c.flagged["metrics.listen"] = "-metrics"
+	}
+	if o.dataDir != "" {
+		c.flagged["target.data_dir"] = "-data-dir"
+	}
 	return nil
+}
+
+// loadConfig reads the configuration the flags name: -config FILE, else
+// DATA_DIR/srptd.toml when it exists, else the embedded default. It
+// returns the configuration with the flags applied and validated, where it
+// came from, and the data directory ("" for none).
+func loadConfig(o *options) (*Config, origin, string, error) {
+	var (
+		cfg *Config
+		org origin
+		err error
+	)
+	dataDir := o.dataDir
+	switch {
+	case o.config != "":
+		org = origin{path: o.config, savePath: o.config}
+		cfg, err = readConfigFile(o.config)
+	default:
+		dir := dataDir
+		if dir == "" {
+			dir = defaultDataDir
+		}
+		p := filepath.Join(dir, "srptd.toml")
+		if _, serr := os.Stat(p); serr == nil {
+			org = origin{path: p, savePath: p, managed: true}
+			cfg, err = readConfigFile(p)
+		} else {
+			org = origin{savePath: p, managed: true}
+			cfg, err = LoadConfig(defaultConfig, "embedded default config")
+		}
+	}
+	if err != nil {
+		return nil, org, "", err
+	}
+	if err := applyFlags(cfg, o); err != nil {
+		return nil, org, "", err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, org, "", err
+	}
+	if dataDir == "" {
+		dataDir = cfg.Target.DataDir
+	}
+	if dataDir == "" && org.managed {
+		dataDir = defaultDataDir
+	}
+	return cfg, org, dataDir, nil
 }
 
 // ready reports the daemon's listening state to tests.
 type ready struct {
-	ports []*target.Port
-	addrs []net.Addr
+	ports       []*target.Port
+	addrs       []net.Addr
+	adminSocket string
+	metricsAddr net.Addr
+	d           *daemon
 }
 
 // run is the daemon: it returns when ctx ends (after a graceful shutdown) or
-// on a setup error.
+// on a setup error, after undoing whatever it had started.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, started func(ready)) error {
 	o, err := parseFlags(args, stderr)
 	if err != nil {
@@ -129,103 +196,55 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	cfg, err := readConfig(o.config)
+	cfg, org, dataDir, err := loadConfig(o)
 	if err != nil {
-		return err
-	}
-	if err := applyFlags(cfg, o); err != nil {
-		return err
-	}
-	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	if o.check {
 		fmt.Fprintln(stdout, "configuration OK")
 		return nil
 	}
-
-	core := scsi.NewTarget(scsi.TargetConfig{Logger: log.With("layer", "scsi")})
-	stores, err := openLUNs(cfg, core, log)
-	defer closeStores(stores, log)
+	if dataDir != "" {
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return fmt.Errorf("data directory: %w", err)
+		}
+		if abs, err := filepath.Abs(dataDir); err == nil {
+			dataDir = abs
+		}
+	}
+	ident, err := loadIdentity(dataDir)
 	if err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	d := newDaemon(cfg, org, dataDir, ident, stdout, log)
+	defer d.close()
+	if err := d.openLUNs(); err != nil {
 		return err
 	}
-
-	var (
-		ports     []*target.Port
-		devices   []rdma.Device
-		listeners []rdma.Listener
-		wg        sync.WaitGroup
-		info      ready
-	)
-	serveCtx, cancelServe := context.WithCancel(context.Background())
-	defer func() {
-		cancelServe()
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-		wg.Wait()
-		for _, d := range devices {
-			_ = d.Close()
-		}
-	}()
-	for i, pc := range cfg.Ports {
-		plog := log.With("port", portName(pc, i))
-		dev, nodeGUID, err := openDevice(pc, plog)
-		if err != nil {
-			return fmt.Errorf("port[%d]: %w", i, err)
-		}
-		devices = append(devices, dev)
-		guid := nodeGUID
-		if pc.ServiceGUID != "" {
-			guid, _ = parseGUID(pc.ServiceGUID)
-		} else if guid == 0 {
-			guid = hostGUID(i)
-		}
-		tc := cfg.targetConfig(guid)
-		tc.Name = portName(pc, i)
-		tc.RelativePort = uint16(i + 1)
-		tc.Logger = plog
-		p, err := target.NewPort(tc, dev, coreAdapter{core})
-		if err != nil {
-			return fmt.Errorf("port[%d]: %w", i, err)
-		}
-		ports = append(ports, p)
-		var bound []net.Addr
-		for _, a := range pc.Listen {
-			l, err := dev.Listen(ctx, a)
-			if err != nil {
-				if coveredByDualStack(a, bound) {
-					plog.Debug("address already served by a dual-stack listener", "addr", a)
-					continue
-				}
-				return fmt.Errorf("port[%d].listen %s: %w", i, a, err)
-			}
-			listeners = append(listeners, l)
-			bound = append(bound, l.Addr())
-			info.addrs = append(info.addrs, l.Addr())
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := p.Serve(serveCtx, l); err != nil && serveCtx.Err() == nil {
-					plog.Error("listener failed", "addr", l.Addr(), "err", err)
-				}
-			}()
-			plog.Info("listening", "addr", l.Addr(), "transport", dev.Name())
-		}
-		for _, line := range loginInfo(guid, bound) {
-			fmt.Fprintln(stdout, "login_info:", line)
-		}
+	if err := d.startPorts(ctx); err != nil {
+		return err
 	}
-	info.ports = ports
+	info := ready{ports: d.Ports(), addrs: d.addrs, d: d}
 
-	var admin *adminServer
-	if cfg.Admin.Socket != "" {
-		admin, err = startAdmin(cfg.Admin.Socket, ports, log)
+	socket := cfg.Admin.Socket
+	if socket == "" && dataDir != "" {
+		socket = filepath.Join(dataDir, "srptd.sock")
+	}
+	if socket != "" {
+		admin, err := startAdmin(socket, d, log)
 		if err != nil {
-			return fmt.Errorf("admin.socket: %w", err)
+			return fmt.Errorf("admin socket %s: %w", socket, err)
 		}
 		defer admin.Close()
+		info.adminSocket = socket
+	}
+	if a := cfg.Metrics.Listen; a != "" {
+		m, err := startMetrics(a, d, log)
+		if err != nil {
+			return d.cfg.explain(ferr("metrics.listen", "%v", err))
+		}
+		defer m.Close()
+		info.metricsAddr = m.Addr()
 	}
 	if o.pprof != "" {
 		stopProf, err := startPprof(o.pprof, log)
@@ -245,12 +264,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		case <-ctx.Done():
 			done = true
 		case <-hup:
-			reload(o, cfg, ports, log)
+			d.reload(o)
 		}
 	}
 
 	// Graceful shutdown: stop accepting, log every channel out
-	// (SRP_T_LOGOUT), wait for them to drain, then flush the backstores.
+	// (SRP_T_LOGOUT), wait for them to drain; the deferred close then
+	// flushes and closes the backstores.
 	log.Info("shutting down")
 	timeout := time.Duration(cfg.Target.ShutdownTimeout)
 	if timeout <= 0 {
@@ -258,19 +278,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cancelServe()
-	for _, p := range ports {
-		if err := p.Close(sctx); err != nil {
-			log.Warn("channels did not drain in time", "err", err)
-		}
-	}
+	d.stopListening()
+	d.drain(sctx)
 	return nil
 }
 
 // reload applies the login policy (demo_mode and the ACLs) of the
 // configuration file again, on SIGHUP. Everything else needs a restart.
-func reload(o *options, old *Config, ports []*target.Port, log *slog.Logger) {
-	cfg, err := readConfig(o.config)
+func (d *daemon) reload(o *options) {
+	if d.origin.path == "" {
+		d.log.Warn("SIGHUP: running the embedded default; no configuration file to reload")
+		return
+	}
+	cfg, err := readConfigFile(d.origin.path)
 	if err == nil {
 		err = applyFlags(cfg, o)
 	}
@@ -278,19 +298,30 @@ func reload(o *options, old *Config, ports []*target.Port, log *slog.Logger) {
 		err = cfg.Validate()
 	}
 	if err != nil {
-		log.Error("SIGHUP: configuration not reloaded", "err", err)
+		d.log.Error("SIGHUP: configuration not reloaded", "err", err)
 		return
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	old := d.cfg
 	nt, ot := cfg.Target, old.Target
 	nt.DemoMode, ot.DemoMode = nil, nil
 	if !reflect.DeepEqual(cfg.LUNs, old.LUNs) || !reflect.DeepEqual(cfg.Ports, old.Ports) || !reflect.DeepEqual(nt, ot) {
-		log.Warn("SIGHUP: changes to ports, LUNs and tunables need a restart; applying demo_mode and ACLs only")
+		d.log.Warn("SIGHUP: changes to ports, LUNs and tunables need a restart; applying demo_mode and ACLs only")
 	}
-	tc := cfg.targetConfig(0)
-	for _, p := range ports {
-		p.SetAccess(tc.DemoMode, tc.ACLs)
+	for _, a := range cfg.ACLs {
+		for k, v := range a.LUNs {
+			if _, ok := d.luns[v]; !ok {
+				d.log.Error("SIGHUP: configuration not reloaded: an ACL maps a LUN that is not attached", "initiator", a.Initiator, "lun", k, "target_lun", v)
+				return
+			}
+		}
 	}
-	log.Info("SIGHUP: access policy reloaded", "demo_mode", tc.DemoMode, "acls", len(tc.ACLs))
+	d.cfg.ACLs = cfg.ACLs
+	d.cfg.Target.DemoMode = cfg.Target.DemoMode
+	d.demo = d.decideDemo()
+	d.applyAccessLocked()
+	d.log.Info("SIGHUP: access policy reloaded", "demo_mode", d.demo, "acls", len(d.cfg.ACLs))
 }
 
 func portName(p PortSection, i int) string {
@@ -298,71 +329,6 @@ func portName(p PortSection, i int) string {
 		return p.Name
 	}
 	return fmt.Sprintf("port%d", i)
-}
-
-// coreAdapter opens SCSI core sessions for the SRP target.
-type coreAdapter struct{ t *scsi.Target }
-
-func (a coreAdapter) OpenSession(n scsi.Nexus) (scsi.Session, error) {
-	return a.t.NewSession(n), nil
-}
-
-// openLUNs opens every backstore and attaches its logical unit.
-func openLUNs(cfg *Config, core *scsi.Target, log *slog.Logger) ([]backstore.Backstore, error) {
-	var stores []backstore.Backstore
-	for i, l := range cfg.LUNs {
-		f := fmt.Sprintf("lun[%d]", i)
-		var bs backstore.Backstore
-		switch l.Backstore {
-		case "ram":
-			bs = backstore.NewRAM(int64(l.Size))
-		case "file", "block":
-			fb, err := backstore.OpenFile(l.Path, backstore.FileOptions{Size: int64(l.Size), ReadOnly: l.ReadOnly})
-			if err != nil {
-				return stores, fmt.Errorf("%s.path: %w", f, err)
-			}
-			if l.Backstore == "block" && !fb.IsBlockDevice() {
-				_ = fb.Close()
-				return stores, fmt.Errorf("%s.path: %s is not a block device (use backstore = \"file\")", f, l.Path)
-			}
-			bs = fb
-		}
-		stores = append(stores, bs)
-		lc := scsi.LUConfig{
-			Backstore:  bs,
-			BlockSize:  uint32(l.BlockSize),
-			Serial:     l.Serial,
-			ReadOnly:   l.ReadOnly,
-			WriteCache: l.WriteCache,
-			Logger:     log.With("lun", *l.LUN),
-		}
-		if l.WWN != "" {
-			lc.NAA, _ = parseWWN(l.WWN)
-		}
-		lu, err := scsi.NewLogicalUnit(lc)
-		if err != nil {
-			return stores, fmt.Errorf("%s: %w", f, err)
-		}
-		if err := core.AddLUN(*l.LUN, lu); err != nil {
-			return stores, fmt.Errorf("%s.lun: %w", f, err)
-		}
-		log.Info("LUN ready", "lun", *l.LUN, "name", l.Name, "backstore", l.Backstore, "path", l.Path, "bytes", bs.Size())
-	}
-	return stores, nil
-}
-
-// closeStores flushes (backstore.Syncer) and closes the backstores.
-func closeStores(stores []backstore.Backstore, log *slog.Logger) {
-	for _, bs := range stores {
-		if s, ok := bs.(backstore.Syncer); ok {
-			if err := s.Sync(); err != nil {
-				log.Error("backstore sync failed", "err", err)
-			}
-		}
-		if err := bs.Close(); err != nil {
-			log.Error("backstore close failed", "err", err)
-		}
-	}
 }
 
 // hostGUID derives a stable service GUID for port i from the machine ID

@@ -170,55 +170,127 @@ block_size = 4096
 	}
 }
 
+// TestConfigErrors: every configuration error names the file, the line
+// and the key, and nothing starts.
 func TestConfigErrors(t *testing.T) {
-	base := "[[port]]\nlisten=[\"127.0.0.1:0\"]\n"
+	base := "[[port]]\nlisten=[\"127.0.0.1:0\"]\n" // lines 1-2
+	ram := "[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"1MiB\"\n"
 	for _, tc := range []struct{ cfg, want string }{
-		{"", "port: at least one"},
-		{base + "[target]\nbogus = 1\n", "unknown key target.bogus"},
-		{base + "[[lun]]\nlun=0\nbackstore=\"ram\"\n", "lun[0].size"},
-		{base + "[[lun]]\nlun=0\nbackstore=\"tape\"\nsize=1\n", "lun[0].backstore"},
-		{base + "[[lun]]\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "lun[0].lun"},
-		{base + "[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"1 parsec\"\n", "bad size"},
-		{base + "[[lun]]\nlun=0\nbackstore=\"file\"\n", "lun[0].path"},
-		{base + "[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"1MiB\"\nblock_size=1000\n", "lun[0].block_size"},
-		{base + "[target]\nmax_rsp_size = 20\n", "target.max_rsp_size"},
-		{base + "[target]\nsq_size = 1\n", "target.sq_size"},
-		{"[[port]]\ntransport=\"ib\"\nlisten=[\"1:2\"]\n", "port[0].transport"},
-		{"[[port]]\nlisten=[\"nohost\"]\n", "port[0].listen"},
-		{base + "service_guid=\"12\"\n", "port[0].service_guid"},
-		{base + "[[acl]]\ninitiator=\"xyz\"\n", "acl[0].initiator"},
-		{base + "[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"1MiB\"\n[[acl]]\ninitiator=\"0x01\"\nluns={0=3}\n", "acl[0].luns.0"},
+		{"", "srptd.toml: port: at least one [[port]] is required"},
+		{base + "[target]\nbogus = 1\n", "srptd.toml:4: target.bogus: unknown key"},
+		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=1024\nfrob=2\n", "srptd.toml:11: lun[1].frob: unknown key"},
+		{base + "[[lun]]\nlun=0\nbackstore=\"ram\"\n", "srptd.toml:3: lun[0].size: a ram backstore needs a size"},
+		{base + "[[lun]]\nlun=0\nbackstore=\"tape\"\nsize=1\n", `srptd.toml:5: lun[0].backstore: "tape" is not ram, file or block`},
+		{base + "[[lun]]\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "srptd.toml:3: lun[0].lun: required (the LUN number, 0..16383)"},
+		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=\"1 parsec\"\n", `srptd.toml:10: lun[1].size: bad size "1 parsec" (want bytes or a number with KiB, MiB, GiB, TiB)`},
+		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=\"1MiB\"\nblock_size=\"big\"\n", "srptd.toml:11: lun[1].block_size: incompatible types: TOML value has type string; destination has type integer"},
+		{base + "[[lun]]\nlun=0\nbackstore=\"file\"\n", "srptd.toml:3: lun[0].path: a file backstore needs a path"},
+		{base + ram + "\n[[lun]]\nlun = 1\nbackstore = \"ram\"\nsize = \"1MiB\"\n# comment\nblock_size = 3000\n", "srptd.toml:13: lun[1].block_size: 3000 is not 512, 1024, 2048 or 4096"},
+		{base + ram + "[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "srptd.toml:8: lun[1].lun: LUN 0 used twice"},
+		{base + "[target]\nmax_rsp_size = 20\n", "srptd.toml:4: target.max_rsp_size: 20 bytes out of range 40..1024"},
+		{base + "[target]\nsq_size = 1\n", "srptd.toml:4: target.sq_size: 1 work requests out of range 4..65535"},
+		{base + "[target]\nshutdown_timeout = \"soon\"\n", `srptd.toml:4: target.shutdown_timeout: bad duration "soon" (want e.g. "10s")`},
+		{"[[port]]\ntransport=\"ib\"\nlisten=[\"1:2\"]\n", `srptd.toml:2: port[0].transport: "ib" is not iwarp or verbs`},
+		{base + "[[port]]\nlisten=[\n  \"a:1\",\n  \"nohost\",\n]\n", `srptd.toml:4: port[1].listen: "nohost": want host:port or [ipv6]:port`},
+		{base + "service_guid=\"12\"\n", `srptd.toml:3: port[0].service_guid: "12": want 16 hex digits (optionally xxxx:xxxx:xxxx:xxxx)`},
+		{base + "[[acl]]\ninitiator=\"xyz\"\n", "srptd.toml:4: acl[0].initiator: initiator \"xyz\": want a port GUID"},
+		{base + ram + "[[acl]]\ninitiator=\"0x01\"\nluns={0=3}\n", "srptd.toml:9: acl[0].luns.0: target LUN 3 is not configured"},
+		{base + ram + "[[acl]]\ninitiator=\"0x01\"\n[acl.luns]\n0 = 0\n7 = 5\n", "srptd.toml:11: acl[0].luns.7: target LUN 5 is not configured"},
+		{base + "[metrics]\nlisten = \"nowhere\"\n", `srptd.toml:4: metrics.listen: "nowhere": want host:port or [ipv6]:port`},
+		{base + "[target\n", "srptd.toml:3: expected '.' or ']' to end table name"},
+		{base + "[[lun]]\nlun = = 3\n", "srptd.toml:4: "},
 	} {
-		c, err := LoadConfig(tc.cfg, "test")
-		if err == nil {
-			err = c.Validate()
+		path := filepath.Join(t.TempDir(), "srptd.toml")
+		if err := os.WriteFile(path, []byte(tc.cfg), 0o600); err != nil {
+			t.Fatal(err)
 		}
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("config %q: error %v, want %q", tc.cfg, err, tc.want)
+		var out bytes.Buffer
+		err := run(testCtx(t), []string{"-check", "-config", path}, &out, io.Discard, nil)
+		got := ""
+		if err != nil {
+			got = strings.TrimPrefix(err.Error(), filepath.Dir(path)+"/")
+		}
+		if err == nil || !strings.HasPrefix(got, tc.want) {
+			t.Errorf("config %q:\n got %q\nwant %q", tc.cfg, got, tc.want)
+		}
+		if out.Len() != 0 {
+			t.Errorf("config %q: -check printed %q", tc.cfg, out.String())
 		}
 	}
 }
 
+// TestFlagErrors: an error in a value a flag set names the flag.
+func TestFlagErrors(t *testing.T) {
+	cfg := writeConfig(t, "[[port]]\nlisten=[\"127.0.0.1:0\"]\n")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-listen", "nohost"}, `-listen: "nohost": want host:port or [ipv6]:port`},
+		{[]string{"-guid", "xyz"}, `-guid: "xyz": want 16 hex digits`},
+		{[]string{"-demo", "maybe"}, `-demo: "maybe" is not true or false`},
+		{[]string{"-metrics", "x"}, `-metrics: "x": want host:port`},
+	} {
+		err := run(testCtx(t), append([]string{"-check", "-config", cfg}, tc.args...), io.Discard, io.Discard, nil)
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestNothingStartsOnError: a LUN that cannot open stops the daemon before
+// anything listens, and closes what it had opened.
+func TestNothingStartsOnError(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, `
+[admin]
+socket = "`+filepath.Join(dir, "a.sock")+`"
+[[port]]
+listen = ["127.0.0.1:0"]
+[[lun]]
+lun = 0
+backstore = "file"
+path = "`+filepath.Join(dir, "disk.img")+`"
+size = "1MiB"
+[[lun]]
+lun = 1
+backstore = "file"
+path = "`+filepath.Join(dir, "missing", "disk.img")+`"
+`)
+	started := false
+	err := run(testCtx(t), []string{"-config", cfg}, io.Discard, io.Discard, func(ready) { started = true })
+	if err == nil || started || !strings.Contains(err.Error(), ":14: lun[1].path: ") {
+		t.Fatalf("err %v started %v", err, started)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a.sock")); err == nil {
+		t.Error("admin socket created")
+	}
+}
+
 func TestDefaultConfig(t *testing.T) {
-	c, err := readConfig("")
+	c, err := LoadConfig(defaultConfig, "default")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if len(c.LUNs) != 1 || c.LUNs[0].Size != 1<<30 || c.LUNs[0].Backstore != "ram" {
+	if len(c.LUNs) != 1 || c.LUNs[0].Size != 1<<30 || c.LUNs[0].Backstore != "file" || c.LUNs[0].Path != "lun0.img" {
 		t.Fatalf("LUNs %+v", c.LUNs)
 	}
-	if p := c.Ports[0]; p.Transport != "iwarp" || len(p.Listen) != 2 || p.Listen[0] != "0.0.0.0:5555" || p.Listen[1] != "[::]:5555" {
+	if p := c.Ports[0]; p.Transport != "iwarp" || len(p.Listen) != 1 || p.Listen[0] != "127.0.0.1:5555" {
 		t.Fatalf("port %+v", p)
 	}
-	if tc := c.targetConfig(1); !tc.DemoMode {
-		t.Fatal("default config is not in demo mode")
+	if c.Target.DemoMode != nil {
+		t.Fatal("default config sets demo_mode")
 	}
+	dir := t.TempDir()
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-check"}, &out, io.Discard, nil); err != nil || out.String() != "configuration OK\n" {
+	if err := run(context.Background(), []string{"-check", "-data-dir", filepath.Join(dir, "d")}, &out, io.Discard, nil); err != nil || out.String() != "configuration OK\n" {
 		t.Fatalf("-check: %v %q", err, out.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "d")); err == nil {
+		t.Fatal("-check created the data directory")
 	}
 }
 

@@ -1,0 +1,498 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/srp/target"
+)
+
+// origin says where the running configuration came from and where the
+// admin API's save writes it.
+type origin struct {
+	// path is the file read; "" for the embedded default.
+	path string
+	// savePath is where save writes: path, or DATA_DIR/srptd.toml for the
+	// embedded default.
+	savePath string
+	// managed is true for the embedded default and DATA_DIR/srptd.toml:
+	// only these may turn demo mode on implicitly (on loopback listeners).
+	managed bool
+}
+
+// daemon is the running target: the SCSI core with its logical units, the
+// SRP ports, and the configuration that describes them (kept current by
+// the admin API, so it can be saved).
+type daemon struct {
+	log     *slog.Logger
+	out     io.Writer // login_info lines
+	origin  origin
+	dataDir string // "" : none
+	ident   *identity
+
+	core  *scsi.Target
+	stats atomic.Pointer[statsTable]
+
+	mu         sync.Mutex
+	cfg        *Config
+	demo       bool // demo mode in force
+	luns       map[uint64]*lunState
+	ports      []*target.Port
+	devices    []rdma.Device
+	listeners  []rdma.Listener
+	addrs      []net.Addr
+	loginLines []string
+	serveWG    sync.WaitGroup
+	cancel     context.CancelFunc
+}
+
+// lunState is one attached logical unit and its backstore.
+type lunState struct {
+	sec    LUNSection
+	path   string // resolved backstore path
+	serial string // VPD 80h in force
+	bs     backstore.Backstore
+	lu     *scsi.LogicalUnit
+	stats  *lunStats
+}
+
+func newDaemon(cfg *Config, org origin, dataDir string, ident *identity, out io.Writer, log *slog.Logger) *daemon {
+	d := &daemon{
+		log: log, out: out, origin: org, dataDir: dataDir, ident: ident, cfg: cfg,
+		luns: map[uint64]*lunState{},
+	}
+	d.core = scsi.NewTarget(scsi.TargetConfig{Logger: log.With("layer", "scsi")})
+	d.stats.Store(&statsTable{})
+	d.demo = d.decideDemo()
+	return d
+}
+
+// decideDemo applies the demo mode rule: an explicit setting (flag or
+// configuration) wins; otherwise demo mode is on only for a daemon-managed
+// configuration whose every listener is a loopback address.
+func (d *daemon) decideDemo() bool {
+	if v := d.cfg.Target.DemoMode; v != nil {
+		if *v {
+			d.log.Warn("demo mode: every initiator is admitted and sees every LUN")
+		}
+		return *v
+	}
+	if d.origin.managed && loopbackOnly(d.cfg.Ports) {
+		d.log.Info("demo mode on: the default configuration listens on loopback only")
+		return true
+	}
+	if len(d.cfg.ACLs) == 0 {
+		d.log.Warn("demo mode off and no [[acl]]: every login is refused until an ACL is added (srpctl target acl add) or demo mode is set")
+	}
+	return false
+}
+
+// loopbackOnly reports whether every port listens on loopback addresses
+// only (iWARP ports with 127.0.0.0/8, ::1 or localhost).
+func loopbackOnly(ports []PortSection) bool {
+	for _, p := range ports {
+		if p.Transport == "verbs" || len(p.Listen) == 0 {
+			return false
+		}
+		for _, a := range p.Listen {
+			h, _, err := net.SplitHostPort(a)
+			if err != nil {
+				return false
+			}
+			if h == "localhost" {
+				continue
+			}
+			ip, err := netip.ParseAddr(h)
+			if err != nil || !ip.Unmap().IsLoopback() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// resolve makes a relative backstore path relative to the data directory
+// (when there is one).
+func (d *daemon) resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) || d.dataDir == "" {
+		return p
+	}
+	return filepath.Join(d.dataDir, p)
+}
+
+// attachLUN opens sec's backstore, builds the logical unit and adds it to
+// the core. On error nothing stays open. Caller holds d.mu.
+func (d *daemon) attachLUN(field string, sec LUNSection) error {
+	n := *sec.LUN
+	st := &lunState{sec: sec, path: d.resolve(sec.Path), stats: &lunStats{}}
+	switch sec.Backstore {
+	case "ram":
+		st.bs = backstore.NewRAM(int64(sec.Size))
+	case "file", "block":
+		fb, err := backstore.OpenFile(st.path, backstore.FileOptions{Size: int64(sec.Size), ReadOnly: sec.ReadOnly})
+		if err != nil {
+			return ferr(field+".path", "%v", err)
+		}
+		if sec.Backstore == "block" && !fb.IsBlockDevice() {
+			_ = fb.Close()
+			return ferr(field+".path", "%s is not a block device (use backstore = \"file\")", st.path)
+		}
+		st.bs = fb
+	}
+	st.serial = sec.Serial
+	if st.serial == "" && sec.WWN == "" {
+		s, err := d.ident.lunSerial(n)
+		if err != nil {
+			_ = st.bs.Close()
+			return fmt.Errorf("%s: storing the serial: %w", field, err)
+		}
+		st.serial = s
+	}
+	lc := scsi.LUConfig{
+		Backstore:  st.bs,
+		BlockSize:  uint32(sec.BlockSize),
+		Serial:     st.serial,
+		ReadOnly:   sec.ReadOnly,
+		WriteCache: sec.WriteCache,
+		Logger:     d.log.With("lun", n),
+	}
+	if sec.WWN != "" {
+		lc.NAA, _ = parseWWN(sec.WWN)
+	}
+	lu, err := scsi.NewLogicalUnit(lc)
+	if err != nil {
+		_ = st.bs.Close()
+		return ferr(field, "%v", err)
+	}
+	st.lu = lu
+	if err := d.core.AddLUN(n, lu); err != nil {
+		_ = st.bs.Close()
+		return ferr(field+".lun", "%v", err)
+	}
+	d.luns[n] = st
+	t := maps.Clone(*d.stats.Load())
+	t[n] = st.stats
+	d.stats.Store(&t)
+	d.log.Info("LUN ready", "lun", n, "name", sec.Name, "backstore", sec.Backstore, "path", st.path, "bytes", st.bs.Size(), "serial", st.serial)
+	return nil
+}
+
+// openLUNs attaches every configured LUN.
+func (d *daemon) openLUNs() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, l := range d.cfg.LUNs {
+		if err := d.attachLUN(fmt.Sprintf("lun[%d]", i), l); err != nil {
+			return d.cfg.explain(err)
+		}
+	}
+	return nil
+}
+
+// errConflict marks admin requests that clash with the running state.
+var errConflict = errors.New("conflict")
+
+// AddLUN attaches a new logical unit at run time and adds it to the
+// configuration. The initiators' other logical units report REPORTED LUNS
+// DATA HAS CHANGED (the SCSI core's AddLUN).
+func (d *daemon) AddLUN(sec LUNSection) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if sec.Backstore == "" && sec.Path == "" && sec.Size > 0 && d.dataDir != "" {
+		sec.Backstore = "file"
+	}
+	if sec.Backstore == "file" && sec.Path == "" && sec.LUN != nil && d.dataDir != "" {
+		sec.Path = fmt.Sprintf("lun%d.img", *sec.LUN)
+	}
+	if err := validateLUN("lun", sec); err != nil {
+		return err
+	}
+	if _, ok := d.luns[*sec.LUN]; ok {
+		return fmt.Errorf("%w: LUN %d exists", errConflict, *sec.LUN)
+	}
+	if err := d.attachLUN("lun", sec); err != nil {
+		return err
+	}
+	d.cfg.LUNs = append(d.cfg.LUNs, sec)
+	return nil
+}
+
+// RemoveLUN detaches LUN n: later commands get LOGICAL UNIT NOT SUPPORTED,
+// the other logical units report REPORTED LUNS DATA HAS CHANGED; commands
+// in progress finish (bounded by ctx) before the backstore is flushed and
+// closed. A LUN an ACL maps cannot be removed.
+func (d *daemon) RemoveLUN(ctx context.Context, n uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, ok := d.luns[n]
+	if !ok {
+		return fmt.Errorf("LUN %d: %w", n, scsi.ErrNoSuchLUN)
+	}
+	for _, a := range d.cfg.ACLs {
+		for k, v := range a.LUNs {
+			if v == n {
+				return fmt.Errorf("%w: ACL %s maps its LUN %s to LUN %d; remove or change the ACL first", errConflict, a.Initiator, k, n)
+			}
+		}
+	}
+	if err := d.core.RemoveLUN(n); err != nil {
+		return err
+	}
+	t := maps.Clone(*d.stats.Load())
+	delete(t, n)
+	d.stats.Store(&t)
+	delete(d.luns, n)
+	d.cfg.LUNs = slices.DeleteFunc(d.cfg.LUNs, func(l LUNSection) bool { return *l.LUN == n })
+wait:
+	for st.stats.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			d.log.Warn("LUN removed with commands still in progress", "lun", n)
+			break wait
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	closeStore(st.bs, d.log)
+	if err := d.ident.forgetLUN(n); err != nil {
+		d.log.Warn("identity not updated", "err", err)
+	}
+	d.log.Info("LUN removed", "lun", n)
+	return nil
+}
+
+// AddACL admits an initiator (at once, for later logins).
+func (d *daemon) AddACL(a ACLSection) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	luns := map[uint64]bool{}
+	for n := range d.luns {
+		luns[n] = true
+	}
+	m, err := validateACL("acl", a, luns)
+	if err != nil {
+		return err
+	}
+	for _, o := range d.cfg.ACLs {
+		if om, err := target.ParseInitiator(o.Initiator); err == nil && om.String() == m.String() {
+			return fmt.Errorf("%w: %s has an ACL already", errConflict, m)
+		}
+	}
+	d.cfg.ACLs = append(d.cfg.ACLs, a)
+	d.applyAccessLocked()
+	return nil
+}
+
+// RemoveACL removes the ACL of an initiator (any of the forms
+// target.ParseInitiator accepts). Channels logged in stay.
+func (d *daemon) RemoveACL(initiator string) error {
+	m, err := target.ParseInitiator(initiator)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := len(d.cfg.ACLs)
+	d.cfg.ACLs = slices.DeleteFunc(d.cfg.ACLs, func(a ACLSection) bool {
+		om, err := target.ParseInitiator(a.Initiator)
+		return err == nil && om.String() == m.String()
+	})
+	if len(d.cfg.ACLs) == n {
+		return fmt.Errorf("no ACL for %s: %w", m, errNotFound)
+	}
+	d.applyAccessLocked()
+	return nil
+}
+
+var errNotFound = errors.New("not found")
+
+// applyAccessLocked gives the ports the current demo mode and ACLs.
+func (d *daemon) applyAccessLocked() {
+	acls := d.cfg.targetACLs()
+	for _, p := range d.ports {
+		p.SetAccess(d.demo, acls)
+	}
+}
+
+// ACLs returns the [[acl]] sections in force.
+func (d *daemon) ACLs() []ACLSection {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.cfg.ACLs)
+}
+
+// Save writes the running configuration to the configuration file
+// (atomically) and returns its path. What it writes loads back to the same
+// state.
+func (d *daemon) Save() (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.origin.savePath == "" {
+		return "", errors.New("no configuration file to save to (start srptd with -config or a data directory)")
+	}
+	b, err := d.cfg.Encode()
+	if err != nil {
+		return "", err
+	}
+	if _, err := LoadConfig(string(b), d.origin.savePath); err != nil {
+		return "", fmt.Errorf("the encoded configuration does not load back: %w", err)
+	}
+	if err := writeFileAtomic(d.origin.savePath, b); err != nil {
+		return "", err
+	}
+	d.log.Info("configuration saved", "path", d.origin.savePath)
+	return d.origin.savePath, nil
+}
+
+// startPorts opens the devices, creates the SRP ports and starts serving
+// every listen address. It prints the login_info lines.
+func (d *daemon) startPorts(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	serveCtx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
+	for i, pc := range d.cfg.Ports {
+		name := portName(pc, i)
+		plog := d.log.With("port", name)
+		dev, nodeGUID, err := openDevice(pc, plog)
+		if err != nil {
+			return fmt.Errorf("port[%d]: %w", i, err)
+		}
+		d.devices = append(d.devices, dev)
+		guid := nodeGUID
+		if pc.ServiceGUID != "" {
+			guid, _ = parseGUID(pc.ServiceGUID)
+		} else if guid == 0 {
+			if guid, err = d.ident.portGUID(name, hostGUID(i)); err != nil {
+				return fmt.Errorf("port[%d]: storing the service GUID: %w", i, err)
+			}
+		}
+		tc := d.cfg.targetConfig(guid)
+		tc.DemoMode = d.demo
+		tc.Name = name
+		tc.RelativePort = uint16(i + 1)
+		tc.Logger = plog
+		p, err := target.NewPort(tc, dev, coreAdapter{t: d.core, stats: &d.stats})
+		if err != nil {
+			return fmt.Errorf("port[%d]: %w", i, err)
+		}
+		d.ports = append(d.ports, p)
+		var bound []net.Addr
+		for _, a := range pc.Listen {
+			l, err := dev.Listen(ctx, a)
+			if err != nil {
+				if coveredByDualStack(a, bound) {
+					plog.Debug("address already served by a dual-stack listener", "addr", a)
+					continue
+				}
+				return d.cfg.explain(ferr(fmt.Sprintf("port[%d].listen", i), "%s: %v", a, err))
+			}
+			d.listeners = append(d.listeners, l)
+			bound = append(bound, l.Addr())
+			d.addrs = append(d.addrs, l.Addr())
+			d.serveWG.Add(1)
+			go func() {
+				defer d.serveWG.Done()
+				if err := p.Serve(serveCtx, l); err != nil && serveCtx.Err() == nil {
+					plog.Error("listener failed", "addr", l.Addr(), "err", err)
+				}
+			}()
+			plog.Info("listening", "addr", l.Addr(), "transport", dev.Name())
+		}
+		for _, line := range loginInfo(guid, bound) {
+			d.loginLines = append(d.loginLines, line)
+			fmt.Fprintln(d.out, "login_info:", line)
+		}
+	}
+	return nil
+}
+
+// LoginInfo returns the add_target strings of every listener.
+func (d *daemon) LoginInfo() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.loginLines)
+}
+
+// Ports returns the SRP ports.
+func (d *daemon) Ports() []*target.Port {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.ports)
+}
+
+// stopListening closes the listeners and waits for the accept loops.
+func (d *daemon) stopListening() {
+	d.mu.Lock()
+	if d.cancel != nil {
+		d.cancel()
+	}
+	ls := d.listeners
+	d.listeners = nil
+	d.mu.Unlock()
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	d.serveWG.Wait()
+}
+
+// drain logs every channel out (SRP_T_LOGOUT) and waits for them until ctx
+// ends.
+func (d *daemon) drain(ctx context.Context) {
+	for _, p := range d.Ports() {
+		if err := p.Close(ctx); err != nil {
+			d.log.Warn("channels did not drain in time", "port", p.Config().Name, "err", err)
+		}
+	}
+}
+
+// close releases everything: listeners, devices, backstores (flushed).
+func (d *daemon) close() {
+	d.stopListening()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, dev := range d.devices {
+		_ = dev.Close()
+	}
+	d.devices = nil
+	for _, n := range slices.Sorted(maps.Keys(d.luns)) {
+		closeStore(d.luns[n].bs, d.log)
+	}
+	d.luns = map[uint64]*lunState{}
+}
+
+// closeStore flushes (backstore.Syncer) and closes a backstore.
+func closeStore(bs backstore.Backstore, log *slog.Logger) {
+	if s, ok := bs.(backstore.Syncer); ok {
+		if err := s.Sync(); err != nil {
+			log.Error("backstore sync failed", "err", err)
+		}
+	}
+	if err := bs.Close(); err != nil {
+		log.Error("backstore close failed", "err", err)
+	}
+}
+
+// coreAdapter opens SCSI core sessions for the SRP target, counting their
+// commands per logical unit.
+type coreAdapter struct {
+	t     *scsi.Target
+	stats *atomic.Pointer[statsTable]
+}
+
+func (a coreAdapter) OpenSession(n scsi.Nexus) (scsi.Session, error) {
+	return countingSession{Session: a.t.NewSession(n), stats: a.stats}, nil
+}

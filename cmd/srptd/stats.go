@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/gosrp/gosrp/scsi"
+)
+
+// latencyBounds are the upper bounds, in seconds, of the command latency
+// histogram buckets (the last bucket, +Inf, is the total count).
+var latencyBounds = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10}
+
+// lunStats counts the commands of one logical unit. Safe for concurrent
+// use; every field only grows except inflight.
+type lunStats struct {
+	commands   atomic.Uint64 // commands completed (not aborted)
+	readBytes  atomic.Uint64 // data-in bytes returned
+	writeBytes atomic.Uint64 // data-out bytes consumed
+	errors     atomic.Uint64 // completed with a status other than GOOD
+	aborted    atomic.Uint64 // ended by a TMF or a channel loss
+	latencyNs  atomic.Uint64 // sum of command latencies, nanoseconds
+	buckets    [17]atomic.Uint64
+	inflight   atomic.Int64 // commands in progress
+}
+
+// record adds one finished command.
+func (s *lunStats) record(res *scsi.Result, d time.Duration) {
+	if res.Aborted {
+		s.aborted.Add(1)
+		return
+	}
+	s.commands.Add(1)
+	if res.DataInLen > 0 {
+		s.readBytes.Add(uint64(res.DataInLen))
+	}
+	if res.DataOutUsed > 0 {
+		s.writeBytes.Add(uint64(res.DataOutUsed))
+	}
+	if res.Status != 0 { // not GOOD (SAM-5 §5.3.1)
+		s.errors.Add(1)
+	}
+	s.latencyNs.Add(uint64(d))
+	sec := d.Seconds()
+	for i, b := range latencyBounds {
+		if sec <= b {
+			s.buckets[i].Add(1)
+			break
+		}
+	}
+}
+
+// lunCounters is a snapshot of lunStats, as the admin API returns it.
+type lunCounters struct {
+	Commands     uint64  `json:"commands"`
+	ReadBytes    uint64  `json:"read_bytes"`
+	WriteBytes   uint64  `json:"write_bytes"`
+	Errors       uint64  `json:"errors"`
+	Aborted      uint64  `json:"aborted"`
+	InFlight     int64   `json:"in_flight"`
+	AvgLatencyUs float64 `json:"avg_latency_us"` // mean over completed commands, microseconds
+}
+
+func (s *lunStats) snapshot() lunCounters {
+	c := lunCounters{
+		Commands:   s.commands.Load(),
+		ReadBytes:  s.readBytes.Load(),
+		WriteBytes: s.writeBytes.Load(),
+		Errors:     s.errors.Load(),
+		Aborted:    s.aborted.Load(),
+		InFlight:   s.inflight.Load(),
+	}
+	if c.Commands > 0 {
+		c.AvgLatencyUs = float64(s.latencyNs.Load()) / float64(c.Commands) / 1e3
+	}
+	return c
+}
+
+// histogram returns the cumulative bucket counts (Prometheus form) keyed by
+// upper bound, the count and the sum in seconds.
+func (s *lunStats) histogram() (map[float64]uint64, uint64, float64) {
+	m := make(map[float64]uint64, len(latencyBounds))
+	var cum uint64
+	for i, b := range latencyBounds {
+		cum += s.buckets[i].Load()
+		m[b] = cum
+	}
+	return m, s.commands.Load(), float64(s.latencyNs.Load()) / 1e9
+}
+
+// statsTable maps target LUN numbers to their counters; replaced whole on
+// LUN add and remove, read on every command.
+type statsTable = map[uint64]*lunStats
+
+// countingSession counts the commands of a core session per logical unit.
+// It sits below the ACL LUN mapping, so it sees target LUN numbers.
+type countingSession struct {
+	scsi.Session
+	stats *atomic.Pointer[statsTable]
+}
+
+// Execute implements scsi.Session.
+func (s countingSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Result {
+	n, ok := scsi.DecodeLUN(cmd.LUN)
+	var st *lunStats
+	if ok {
+		st = (*s.stats.Load())[n]
+	}
+	if st == nil {
+		return s.Session.Execute(ctx, cmd)
+	}
+	st.inflight.Add(1)
+	t0 := time.Now()
+	res := s.Session.Execute(ctx, cmd)
+	st.record(&res, time.Since(t0))
+	st.inflight.Add(-1)
+	return res
+}
