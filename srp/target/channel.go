@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -69,7 +70,9 @@ type channel struct {
 	id   uint64
 	cfg  Config
 	log  *slog.Logger
-	nx   *nexus // nil until the login of an IU-form connection
+	nx   *nexus // nil until the login of an IU-form connection; set under port.mu
+	// remote is the initiator's transport address, for address ACLs.
+	remote net.Addr
 
 	conn rdma.Conn
 	ctx  context.Context // passed to Execute; cancelled on close
@@ -207,10 +210,11 @@ type wrRec struct {
 
 // newChannel allocates the rings of a channel and, when pl is non-nil,
 // attaches the channel to its I_T nexus.
-func (p *Port) newChannel(pl *pendingLogin, log *slog.Logger) (*channel, error) {
+func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (*channel, error) {
 	cfg := p.Config()
 	c := &channel{
 		port:     p,
+		remote:   remote,
 		cfg:      cfg,
 		cmds:     map[uint64]*command{},
 		wrs:      map[uint64]*wrRec{},

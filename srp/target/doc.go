@@ -52,6 +52,10 @@
 //     path took (srpt_recv_done decrements req_lim for every IU).
 //   - Config.MaxTotalChannels bounds the channels of the port (ib_srpt has
 //     no such bound); logins beyond it get LOGIN_REJ 0x10001.
+//   - Port.SetAccess applies to live channels: those that lost their ACL,
+//     or whose LUN map or read-only set changed, get SRP_T_LOGOUT; the
+//     others run on. ib_srpt leaves existing sessions alone when an ACL
+//     is removed until they log out.
 //   - The multichannel rejection (0x10005) and unsupported-buffer-format
 //     rejection (0x10004) are checked; ib_srpt checks neither.
 //   - IU-form logins (empty private data) set up the receive ring before the

@@ -52,3 +52,55 @@ func TestMaxTotalChannels(t *testing.T) {
 	waitFor(t, e, func() bool { return len(e.port.Sessions()) == 1 })
 	e.login(port(3))
 }
+
+// TestSetAccessLive: SetAccess while channels run keeps the channels whose
+// view is unchanged, logs out (SRP_T_LOGOUT reason 0) those that lost their
+// ACL or whose mapping changed, and the next login gets the new mapping.
+func TestSetAccessLive(t *testing.T) {
+	idA, idB := testInitiator, testInitiator
+	idB[15] ^= 0x01
+	mA, _ := ParseInitiator(idA.String())
+	mB, _ := ParseInitiator(idB.String())
+	aclA := ACL{Initiator: mA}
+	aclB := ACL{Initiator: mB, LUNs: map[uint64]uint64{0: 0}}
+	e := newEnv(t, func(c *Config) { c.DemoMode = false; c.ACLs = []ACL{aclA, aclB} })
+	lrA, lrB := defaultLogin(), defaultLogin()
+	lrB.InitiatorPortID = idB
+	a, b := e.login(lrA), e.login(lrB)
+	tur := func(i *ini, tag uint64) {
+		t.Helper()
+		i.sendIU(&srp.Cmd{Tag: tag, CDB: make([]byte, 16)})
+		checkGood(t, i.rspIU(), tag)
+	}
+	tur(a, 1)
+	tur(b, 1)
+	logout := func(i *ini) {
+		t.Helper()
+		ius := i.waitClosed()
+		if len(ius) != 1 || len(ius[0]) != 16 || ius[0][0] != 0x80 || binary.BigEndian.Uint32(ius[0][4:]) != 0 {
+			t.Fatalf("want one SRP_T_LOGOUT reason 0, got % x", ius)
+		}
+	}
+	// B's mapping becomes read-only: B is logged out, A keeps running.
+	aclB.ReadOnly = map[uint64]bool{0: true}
+	e.port.SetAccess(false, []ACL{aclA, aclB})
+	logout(b)
+	tur(a, 2)
+	waitFor(t, e, func() bool { return len(e.port.Sessions()) == 1 })
+	b = e.login(lrB)
+	_, d := b.buf(0, 512)
+	b.sendIU(&srp.Cmd{Tag: 3, CDB: cdb10(0x2a, 0, 1), DataOut: direct(d)})
+	if r := b.rspIU(); r.Status != 0x02 || len(r.Sense) < 14 || r.Sense[2] != 0x07 || r.Sense[12] != 0x27 {
+		t.Fatalf("write after the mapping became read-only: %+v", r)
+	}
+	// A's ACL goes: A is logged out, B keeps running.
+	e.port.SetAccess(false, []ACL{aclB})
+	logout(a)
+	tur(b, 4)
+	if _, pd, err := e.dial(lrA); err == nil || binary.BigEndian.Uint32(pd[4:]) != 0x10006 {
+		t.Fatalf("login without ACL: % x %v", pd, err)
+	}
+	// Demo mode gives B a different view (every LUN): B is logged out too.
+	e.port.SetAccess(true, nil)
+	logout(b)
+}

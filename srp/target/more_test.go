@@ -292,7 +292,7 @@ func (r *recConn) Err() error            { return nil }
 // reuses block layer tags at once); that is not an overlapped command.
 func TestTagReuseAfterResponse(t *testing.T) {
 	e := newEnv(t, nil)
-	c, err := e.port.newChannel(nil, testLogger(t))
+	c, err := e.port.newChannel(nil, nil, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

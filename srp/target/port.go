@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 
@@ -52,6 +53,7 @@ type nexus struct {
 	key       string // 32 hex digits of the initiator port ID
 	initiator srp.PortID
 	sess      scsi.Session
+	view      accessView // the ACL view sess was opened with
 	channels  []*channel
 }
 
@@ -108,13 +110,69 @@ func (p *Port) SetEnabled(on bool) {
 	}
 }
 
-// SetAccess replaces the login policy: demo mode and the ACLs. Channels
-// already logged in keep their LUN mapping; later logins use the new policy.
+// SetAccess replaces the login policy, demo mode and the ACLs, while
+// channels run; safe from any goroutine. Later logins use the new policy.
+// Each logged-in channel is checked against it: one whose initiator (port
+// ID and address) the new policy still admits with the same view (the
+// same LUN map and read-only set its I_T nexus was opened with) keeps
+// running undisturbed; any other gets SRP_T_LOGOUT (reason 0) and closes,
+// so an initiator that lost its ACL loses access at once, and one whose
+// mapping changed logs back in under the new mapping (as LIO's mapped LUN
+// changes take effect for the initiator at once, never silently half-way).
 func (p *Port) SetAccess(demo bool, acls []ACL) {
 	p.mu.Lock()
 	p.cfg.DemoMode = demo
 	p.cfg.ACLs = append([]ACL(nil), acls...)
+	var out []*channel
+	for _, nx := range p.nexuses {
+		for _, c := range nx.channels {
+			if v, ok := p.viewLocked(nx.initiator, c.remote); !ok || !v.equal(nx.view) {
+				out = append(out, c)
+			}
+		}
+	}
 	p.mu.Unlock()
+	for _, c := range out {
+		c.requestClose(closeTLogout, srp.TLogoutNoReason, "access policy changed")
+	}
+}
+
+// accessView is what an initiator sees through the port: the LUN map and
+// read-only set of its ACL (both nil in demo mode).
+type accessView struct {
+	luns map[uint64]uint64 // nil: every LUN under the target's numbering
+	ro   map[uint64]bool
+}
+
+func (v accessView) equal(o accessView) bool {
+	if (v.luns == nil) != (o.luns == nil) || !maps.Equal(v.luns, o.luns) {
+		return false
+	}
+	for n, on := range v.ro {
+		if on != o.ro[n] {
+			return false
+		}
+	}
+	for n, on := range o.ro {
+		if on != v.ro[n] {
+			return false
+		}
+	}
+	return true
+}
+
+// viewLocked returns the view the current policy gives initiator id
+// connecting from remote, or false when it is not admitted. p.mu is held.
+func (p *Port) viewLocked(id srp.PortID, remote net.Addr) (accessView, bool) {
+	if p.cfg.DemoMode {
+		return accessView{}, true
+	}
+	for i := range p.cfg.ACLs {
+		if a := &p.cfg.ACLs[i]; a.Initiator.Matches(id, remote) {
+			return accessView{luns: a.LUNs, ro: a.ReadOnly}, true
+		}
+	}
+	return accessView{}, false
 }
 
 // Enabled reports whether logins are accepted.
@@ -268,7 +326,7 @@ func (p *Port) HandleConnRequest(ctx context.Context, req rdma.ConnRequest) {
 		_ = req.Reject(rejectIU(lr.Tag, reason))
 		return
 	}
-	c, err := p.newChannel(pl, log)
+	c, err := p.newChannel(pl, req.RemoteAddr(), log)
 	if err != nil {
 		p.abandon(pl)
 		log.Error("channel setup failed", "err", err)
@@ -302,7 +360,7 @@ func (p *Port) acceptIUForm(ctx context.Context, req rdma.ConnRequest, log *slog
 		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
 		return
 	}
-	c, err := p.newChannel(nil, log)
+	c, err := p.newChannel(nil, req.RemoteAddr(), log)
 	if err != nil {
 		log.Error("channel setup failed", "err", err)
 		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
@@ -352,18 +410,12 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 	if lr.ReqFlags&srp.MultiChanMask > srp.MultiChanMulti || multi && p.cfg.NoMultichannel {
 		return nil, srp.RejMultiChannelUnsupported
 	}
-	var luns map[uint64]uint64
-	var ro map[uint64]bool
 	p.mu.Lock()
-	demo := p.cfg.DemoMode
+	view, admitted := p.viewLocked(lr.InitiatorPortID, remote)
 	p.mu.Unlock()
-	if !demo {
-		acl := p.findACL(lr.InitiatorPortID, remote)
-		if acl == nil {
-			log.Info("no ACL for initiator", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]))
-			return nil, srp.RejChannelLimitReached
-		}
-		luns, ro = acl.LUNs, acl.ReadOnly
+	if !admitted {
+		log.Info("no ACL for initiator", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]))
+		return nil, srp.RejChannelLimitReached
 	}
 
 	pl := &pendingLogin{req: lr}
@@ -389,13 +441,18 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 			log.Warn("SCSI session refused", "initiator", key, "err", err)
 			return nil, srp.RejChannelLimitReached
 		}
-		if luns != nil {
-			sess = MapLUNs(sess, luns)
+		if view.luns != nil {
+			sess = MapLUNs(sess, view.luns)
 		}
-		sess = ReadOnlyLUNs(sess, ro)
-		nx = &nexus{key: key, initiator: lr.InitiatorPortID, sess: sess}
+		sess = ReadOnlyLUNs(sess, view.ro)
+		nx = &nexus{key: key, initiator: lr.InitiatorPortID, sess: sess, view: view}
 		p.nexuses[key] = nx
 		pl.newSession = true
+	} else if !nx.view.equal(view) {
+		// The policy changed under this nexus (SetAccess is logging its
+		// channels out); it must not gain a channel with the old view.
+		log.Info("login refused while the I_T nexus is logged out after an access change", "initiator", key)
+		return nil, srp.RejInsufficientResources
 	}
 	live := 0
 	for _, c := range nx.channels {
@@ -455,17 +512,6 @@ func (p *Port) closeTerminated(pl *pendingLogin) {
 	for _, c := range pl.terminate {
 		c.requestClose(closeTLogout, srp.TLogoutMultiChannelAction, "replaced by SINGLE login of the same I_T nexus")
 	}
-}
-
-func (p *Port) findACL(id srp.PortID, remote net.Addr) *ACL {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := range p.cfg.ACLs {
-		if p.cfg.ACLs[i].Initiator.Matches(id, remote) {
-			return &p.cfg.ACLs[i]
-		}
-	}
-	return nil
 }
 
 // dropNexusLocked closes the nexus's SCSI session when no channel uses it.
