@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -505,6 +506,57 @@ func TestParseTarget(t *testing.T) {
 	}
 	if _, err := ParseTarget("id_ext=1,ioc_guid=2,dest=192.0.2.1:5555,bogus=1"); err == nil {
 		t.Error("unknown key accepted")
+	}
+}
+
+// TestParseTargetRefusesIBCM: the InfiniBand CM keys are refused with an
+// error that names them and asks for dest=, whatever else the string holds
+// (an incomplete set is not reported as a missing pkey).
+func TestParseTargetRefusesIBCM(t *testing.T) {
+	const gid = "fe800000000000000002c903000e8acc"
+	for _, c := range []struct {
+		s, keys, want string
+	}{
+		{"id_ext=1,ioc_guid=2,dgid=" + gid + ",pkey=ffff,service_id=1,transport=iwarp", "dgid, pkey, service_id", "iWARP/RDMA-CM addressing needs dest=IP:port"},
+		{"id_ext=1,ioc_guid=2,dgid=" + gid + ",transport=iwarp", "dgid", "iWARP/RDMA-CM addressing needs dest=IP:port"},
+		{"id_ext=1,ioc_guid=2,service_id=1,dest=192.0.2.1:5555,transport=iwarp", "service_id", "iWARP/RDMA-CM addressing needs dest=IP:port"},
+		// No transport: srpctl's default is iwarp.
+		{"id_ext=1,ioc_guid=2,pkey=ffff", "pkey", "iWARP/RDMA-CM addressing needs dest=IP:port"},
+		{"id_ext=1,ioc_guid=2,dgid=" + gid + ",pkey=ffff,service_id=1,transport=verbs", "dgid, pkey, service_id", "InfiniBand CM path is not supported; gosrp connects through RDMA/CM, which needs dest=IP:port"},
+	} {
+		_, err := ParseTarget(c.s)
+		if err == nil || !strings.Contains(err.Error(), c.keys+": ") || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q and %q", c.s, err, c.keys, c.want)
+		}
+		// The same refusal for a string parsed by package srp first.
+		if to, perr := srp.ParseTargetOptions(c.s); perr == nil {
+			if _, err := FromTargetOptions(to); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("FromTargetOptions(%s): %v, want %q", c.s, err, c.want)
+			}
+		}
+	}
+}
+
+// TestParseTargetAutoChCount: without ch_count the channel count is
+// min(4, CPUs), like ib_srp's min(4 * nodes, completion vectors) with one
+// node and a vector per CPU; an explicit ch_count is kept.
+func TestParseTargetAutoChCount(t *testing.T) {
+	want := runtime.NumCPU()
+	if want > 4 {
+		want = 4
+	}
+	if AutoChCount() != want {
+		t.Errorf("AutoChCount() = %d, want %d", AutoChCount(), want)
+	}
+	o, err := ParseTarget("id_ext=1,ioc_guid=2,dest=192.0.2.1:5555")
+	if err != nil || o.ChCount != want {
+		t.Errorf("no ch_count: %d, %v; want %d", o.ChCount, err, want)
+	}
+	for _, n := range []int{1, 7} {
+		o, err := ParseTarget(fmt.Sprintf("id_ext=1,ioc_guid=2,dest=192.0.2.1:5555,ch_count=%d", n))
+		if err != nil || o.ChCount != n {
+			t.Errorf("ch_count=%d: %d, %v", n, o.ChCount, err)
+		}
 	}
 }
 

@@ -5,6 +5,9 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"os"
+	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gosrp/gosrp/srp"
@@ -78,6 +81,8 @@ type Options struct {
 	// (max_it_iu_size); 0 means no cap.
 	MaxITIUSize int
 	// ChCount is the number of RDMA channels (ch_count); 0 means 1.
+	// ParseTarget and FromTargetOptions set AutoChCount when the add_target
+	// string has no ch_count.
 	ChCount int
 	// CmdSGEntries is the most descriptors an SRP_CMD carries inline
 	// (cmd_sg_entries, 1..255).
@@ -218,14 +223,49 @@ func (o Options) PortIDs() (initiator, target [16]byte) {
 	return
 }
 
+// AutoChCount is the channel count an add_target string without ch_count
+// gets: min(4, number of CPUs). Linux ib_srp (srp_create_target) takes
+// min(4 * online NUMA nodes, the HCA's completion vectors), capped by the
+// online CPUs; a Go program has no completion vectors to spread over, one
+// node is assumed, and soft-iWARP (siw) reports one completion vector per
+// CPU, so on such a host both give min(4, CPUs).
+func AutoChCount() int { return min(4, max(runtime.NumCPU(), 1)) }
+
+// ibCMKeys are the add_target keys of the InfiniBand CM path.
+var ibCMKeys = []string{"dgid", "pkey", "service_id"}
+
+// refuseIBCM reports the InfiniBand CM keys among given, which gosrp cannot
+// use: it connects through RDMA/CM only (dest=). transport is the
+// add_target transport= value.
+func refuseIBCM(given []string, transport string) error {
+	if len(given) == 0 {
+		return nil
+	}
+	keys := strings.Join(given, ", ")
+	if t := strings.ToLower(transport); t == "" || t == "iwarp" {
+		return fmt.Errorf("srp initiator: %s: InfiniBand CM addressing, which iWARP has no use for: iWARP/RDMA-CM addressing needs dest=IP:port (the target's address, as srptd prints it in login_info)", keys)
+	}
+	return fmt.Errorf("srp initiator: %s: the InfiniBand CM path is not supported; gosrp connects through RDMA/CM, which needs dest=IP:port (the target's IPoIB, RoCE or iWARP address)", keys)
+}
+
 // FromTargetOptions converts a parsed add_target string (package srp) to
-// Options. Only the RDMA/CM path (dest=) is supported; the InfiniBand CM
-// keys (dgid, pkey, service_id) are refused. As in ib_srp, queue_size=N
-// sets can_queue N and a channel of N+2 IUs (one for task management, one
-// for answers to target requests).
+// Options. Only the RDMA/CM path (dest=) is supported: the InfiniBand CM
+// keys (dgid, pkey, service_id) are refused, with or without dest. As in
+// ib_srp, queue_size=N sets can_queue N and a channel of N+2 IUs (one for
+// task management, one for answers to target requests), and a string
+// without ch_count gets AutoChCount channels.
 func FromTargetOptions(t *srp.TargetOptions) (Options, error) {
+	var given []string
+	for _, k := range ibCMKeys {
+		if t.Has(k) {
+			given = append(given, k)
+		}
+	}
+	if err := refuseIBCM(given, t.Transport); err != nil {
+		return Options{}, err
+	}
 	if !t.Has("dest") {
-		return Options{}, fmt.Errorf("srp initiator: the InfiniBand CM path (dgid, pkey, service_id) is not supported; give dest=IP:port")
+		return Options{}, fmt.Errorf("srp initiator: no dest: give dest=IP:port (RDMA/CM)")
 	}
 	o := Options{
 		IDExt: t.IDExt, IOCGUID: t.IOCGUID, Dest: t.Dest.String(), InitiatorExt: t.InitiatorExt,
@@ -235,13 +275,32 @@ func FromTargetOptions(t *srp.TargetOptions) (Options, error) {
 	if t.Has("queue_size") {
 		o.QueueSize = t.QueueSize + tmfReserve + rspSQSize
 	}
+	if !t.Has("ch_count") {
+		o.ChCount = AutoChCount()
+	}
 	return o, nil
 }
 
 // ParseTarget parses an add_target string (srp.ParseTargetOptions), e.g.
 // "id_ext=0002c903000e8acc,ioc_guid=0002c903000e8acc,dest=192.0.2.1:5555",
-// into Options.
+// into Options (see FromTargetOptions). InfiniBand CM keys (dgid, pkey,
+// service_id) are refused before anything else, so that an incomplete set
+// of them is not reported as a missing key.
 func ParseTarget(s string) (Options, error) {
+	var given []string
+	transport := ""
+	for _, tok := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' }) {
+		k, v, _ := strings.Cut(tok, "=")
+		if k == "transport" {
+			transport = v
+		}
+		if slices.Contains(ibCMKeys, k) && !slices.Contains(given, k) {
+			given = append(given, k)
+		}
+	}
+	if err := refuseIBCM(given, transport); err != nil {
+		return Options{}, err
+	}
 	t, err := srp.ParseTargetOptions(s)
 	if err != nil {
 		return Options{}, err

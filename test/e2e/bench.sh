@@ -3,7 +3,8 @@
 # (nbdkit memory plugin + fio, /work/shared/bench/bench-peers.sh or
 # test/e2e/bench-peers.sh) on this machine, same jobs: 1 GiB RAM LUN,
 # iodepth 32, randread/randwrite 4 KiB, read/write 1 MiB.
-# Usage: test/e2e/bench.sh [RUNTIME_S]   prints one line per job and the ratios.
+# Usage: test/e2e/bench.sh [RUNTIME_S]   prints the machine, one line per
+# job and the ratios. SRPTD / SRPCTL name prebuilt binaries.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=$PATH:/usr/local/go/bin
@@ -11,8 +12,13 @@ RT=${1:-10}
 W=$(mktemp -d)
 SRPTD_PID=""
 trap '[ -n "$SRPTD_PID" ] && kill $SRPTD_PID 2>/dev/null; wait 2>/dev/null; rm -rf "$W"' EXIT
-timeout 300 go build -o "$W/srptd" ./cmd/srptd
-timeout 300 go build -o "$W/srpctl" ./cmd/srpctl
+if [ -z "${SRPTD:-}" ] || [ -z "${SRPCTL:-}" ]; then
+  timeout 300 go build -o "$W/srptd" ./cmd/srptd
+  timeout 300 go build -o "$W/srpctl" ./cmd/srpctl
+  SRPTD=$W/srptd SRPCTL=$W/srpctl
+fi
+echo "machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(go version | cut -d' ' -f3), kernel $(uname -r)"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 cat >"$W/srptd.toml" <<TOML
 [target]
 demo_mode = true
@@ -27,7 +33,7 @@ name = "ram0"
 backstore = "ram"
 size = "1GiB"
 TOML
-"$W/srptd" -config "$W/srptd.toml" >"$W/srptd.log" 2>&1 &
+"$SRPTD" -config "$W/srptd.toml" >"$W/srptd.log" 2>&1 &
 SRPTD_PID=$!
 for _ in $(seq 100); do
   TARGET=$(sed -n 's/^login_info: //p' "$W/srptd.log" | head -1)
@@ -35,15 +41,17 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 [ -n "$TARGET" ] || { cat "$W/srptd.log"; exit 1; }
-# 1 MiB commands need max_sect 2048 (ib_srp's default is 1024 sectors).
-TARGET="$TARGET,max_sect=2048"
-# Fill the LUN so reads are not of unwritten data, as the peer script does.
-timeout 300 "$W/srpctl" bench "$TARGET" --rw write --bs 1m --qd 8 --runtime 60s --size 1g --json >/dev/null 2>&1 || true
+# 1 MiB commands need max_sect 2048 (ib_srp's default is 1024 sectors); one
+# channel, as the peer uses one NBD connection (the default is min(4, CPUs)).
+TARGET="$TARGET,max_sect=2048,ch_count=1"
+# Fill the LUN so reads are not of unwritten data, as the peer script does:
+# one CRC32C-verified pass of 1 MiB writes over the whole GiB, read back.
+timeout 300 "$SRPCTL" bench "$TARGET" --rw write --bs 1m --qd 8 --verify >/dev/null
 
 declare -A ours
 for job in "randread 4k randread-4k" "randwrite 4k randwrite-4k" "read 1m seqread-1m" "write 1m seqwrite-1m"; do
   set -- $job
-  j=$(timeout $((RT + 60)) "$W/srpctl" bench "$TARGET" --rw "$1" --bs "$2" --qd 32 --runtime "${RT}s" --json)
+  j=$(timeout $((RT + 60)) "$SRPCTL" bench "$TARGET" --rw "$1" --bs "$2" --qd 32 --runtime "${RT}s" --json)
   iops=$(sed -n 's/.*"iops": \([0-9.]*\).*/\1/p' <<<"$j")
   mib=$(sed -n 's/.*"mib_per_s": \([0-9.]*\).*/\1/p' <<<"$j")
   p50=$(sed -n 's/.*"lat_p50_us": \([0-9.]*\).*/\1/p' <<<"$j")
@@ -53,6 +61,7 @@ for job in "randread 4k randread-4k" "randwrite 4k randwrite-4k" "read 1m seqrea
   ours[$3]=$iops
 done
 kill $SRPTD_PID; wait $SRPTD_PID 2>/dev/null || true; SRPTD_PID=""
+echo "load average between the two sides: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 peers=/work/shared/bench/bench-peers.sh
 if command -v nbdkit >/dev/null && command -v fio >/dev/null && [ -x "$peers" ]; then
@@ -65,3 +74,4 @@ if command -v nbdkit >/dev/null && command -v fio >/dev/null && [ -x "$peers" ];
 else
   echo "peer baseline skipped (needs nbdkit, fio and $peers)"
 fi
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -151,6 +151,7 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"bench", tgt, "--runtime", "0s"}, "--runtime"},
 		{[]string{"bench", tgt, "--rwmixread", "101"}, "--rwmixread"},
 		{[]string{"bench", tgt, "--verify-only"}, "give its --verify-seed"},
+		{[]string{"login", "id_ext=1,ioc_guid=2,dgid=fe800000000000000002c903000e8acc,pkey=ffff,service_id=1,transport=iwarp"}, "iWARP/RDMA-CM addressing needs dest=IP:port"},
 		{[]string{"bench", tgt, "--verify", "--loops", "0"}, "--loops 0"},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
