@@ -36,8 +36,8 @@ type Syncer interface {
 
 // Unmapper is implemented by thin-provisioned backstores. Unmap deallocates
 // length bytes at off; later reads of that range return zeros
-// (SBC-3 LBPRZ=1). For files: fallocate(PUNCH_HOLE|KEEP_SIZE); for block
-// devices: BLKDISCARD (the device must read back zeros).
+// (SBC-3 LBPRZ=1). For files and block devices: fallocate(PUNCH_HOLE|
+// KEEP_SIZE), zeroing where the medium cannot deallocate.
 type Unmapper interface {
 	Unmap(off, length int64) error
 }
@@ -67,6 +67,19 @@ type AllocationStatuser interface {
 // (block devices: BLKSSZGET), in bytes.
 type BlockSizer interface {
 	LogicalBlockSize() int
+}
+
+// PhysicalBlockSizer is implemented by backstores that know their physical
+// block size (block devices: BLKPBSZGET), in bytes; 0 means unknown.
+type PhysicalBlockSizer interface {
+	PhysicalBlockSize() int
+}
+
+// UnmapSupporter is implemented by Unmappers whose ability to deallocate
+// depends on the medium (block devices without discard or write zeroes
+// support cannot). UnmapSupported reports whether Unmap can deallocate.
+type UnmapSupporter interface {
+	UnmapSupported() bool
 }
 
 // ErrClosed is returned by operations on a closed backstore.

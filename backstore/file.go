@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Linux fallocate(2) mode bits (include/uapi/linux/falloc.h).
@@ -26,19 +29,25 @@ const (
 const (
 	blkGetSize64 = 0x80081272 // BLKGETSIZE64: u64 bytes
 	blkSSZGet    = 0x1268     // BLKSSZGET: int logical block size
-	blkDiscard   = 0x1277     // BLKDISCARD: u64[2] {start, len}
+	blkPBSZGet   = 0x127B     // BLKPBSZGET: unsigned int physical block size
+	blkZeroOut   = 0x127F     // BLKZEROOUT: u64[2] {start, len}
 )
 
 // File is a backstore on a regular file or a block device node, read and
 // written with pread/pwrite; Sync is fdatasync. Safe for concurrent use.
 type File struct {
-	f       *os.File
-	fd      int
-	block   bool // a block device node
-	lbs     int  // native logical block size (block devices), bytes
-	mu      sync.RWMutex
-	size    int64
-	noPunch bool // the filesystem refused PUNCH_HOLE; Unmap writes zeros
+	f     *os.File
+	fd    int
+	block bool // a block device node
+	lbs   int  // native logical block size (block devices, BLKSSZGET), bytes
+	pbs   int  // physical block size (block devices, BLKPBSZGET), bytes
+	// canUnmap: a regular file, or a block device whose request queue
+	// accepts discard or write zeroes (sysfs queue/discard_max_bytes,
+	// queue/write_zeroes_max_bytes), or whose limits could not be read.
+	canUnmap bool
+	mu       sync.RWMutex
+	size     int64
+	noPunch  bool // PUNCH_HOLE was refused; Unmap zeroes the range instead
 }
 
 // FileOptions configure OpenFile.
@@ -84,11 +93,19 @@ func OpenFile(path string, o FileOptions) (*File, error) {
 			return nil, fmt.Errorf("backstore: BLKGETSIZE64 %s: %w", path, err)
 		}
 		var lbs int32
-		if err := ioctl(b.fd, blkSSZGet, unsafe.Pointer(&lbs)); err == nil {
-			b.lbs = int(lbs)
+		if err := ioctl(b.fd, blkSSZGet, unsafe.Pointer(&lbs)); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("backstore: BLKSSZGET %s: %w", path, err)
+		}
+		b.lbs = int(lbs)
+		var pbs uint32
+		if err := ioctl(b.fd, blkPBSZGet, unsafe.Pointer(&pbs)); err == nil {
+			b.pbs = int(pbs)
 		}
 		b.size = int64(sz)
+		b.canUnmap = deviceCanUnmap(st)
 	case st.Mode().IsRegular():
+		b.canUnmap = true
 		b.size = st.Size()
 		if o.Size > 0 && st.Size() != o.Size && !o.ReadOnly {
 			if err := f.Truncate(o.Size); err != nil {
@@ -102,6 +119,37 @@ func OpenFile(path string, o FileOptions) (*File, error) {
 		return nil, fmt.Errorf("backstore: %s is neither a regular file nor a block device", path)
 	}
 	return b, nil
+}
+
+// deviceCanUnmap reads the request queue limits of the block device st
+// from sysfs (/sys/dev/block/MAJ:MIN/queue, or the parent disk's queue for
+// a partition): deallocation is possible when discard_max_bytes or
+// write_zeroes_max_bytes is not zero. Without sysfs it answers true, and
+// Unmap falls back to writing zeros if the device refuses.
+func deviceCanUnmap(st os.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return true
+	}
+	dev := uint64(sys.Rdev)
+	dir := fmt.Sprintf("/sys/dev/block/%d:%d", unix.Major(dev), unix.Minor(dev))
+	known := false
+	for _, q := range []string{dir + "/queue", dir + "/../queue"} {
+		for _, lim := range []string{"discard_max_bytes", "write_zeroes_max_bytes"} {
+			v, err := os.ReadFile(q + "/" + lim)
+			if err != nil {
+				continue
+			}
+			known = true
+			if t := strings.TrimSpace(string(v)); t != "" && t != "0" {
+				return true
+			}
+		}
+		if known {
+			return false
+		}
+	}
+	return true
 }
 
 func ioctl(fd int, req uintptr, arg unsafe.Pointer) error {
@@ -158,10 +206,14 @@ func (b *File) Sync() error {
 	}
 }
 
-// Unmap implements Unmapper: fallocate(PUNCH_HOLE|KEEP_SIZE) for files,
-// BLKDISCARD for block devices (which must read discarded blocks back as
-// zeros, as the logical unit reports LBPRZ=1). If the filesystem does not support hole
-// punching, zeros are written instead so reads still return zeros.
+// Unmap implements Unmapper; afterwards the range reads back as zeros
+// (the logical unit reports LBPRZ=1). Regular files:
+// fallocate(PUNCH_HOLE|KEEP_SIZE). Block devices: fallocate(PUNCH_HOLE|
+// KEEP_SIZE) on the device, which Linux (blkdev_fallocate) turns into
+// WRITE ZEROES allowing deallocation — a plain BLKDISCARD would not promise
+// zeros. Where that is refused, the range is zeroed instead (BLKZEROOUT on
+// devices, zero writes on files). Parts of the range not aligned to the
+// device's logical block size are written with zeros.
 func (b *File) Unmap(off, length int64) error {
 	if off < 0 || length < 0 || off > b.Size() || length > b.Size()-off {
 		return ErrOutOfRange
@@ -170,7 +222,7 @@ func (b *File) Unmap(off, length int64) error {
 		return nil
 	}
 	if b.block {
-		return b.discard(off, length)
+		return b.unmapDevice(off, length)
 	}
 	b.mu.RLock()
 	np := b.noPunch
@@ -190,10 +242,8 @@ func (b *File) Unmap(off, length int64) error {
 	return writeZeros(b, off, length)
 }
 
-// discard deallocates a block device range with BLKDISCARD. The kernel
-// only discards whole logical blocks, so an unaligned head or tail is
-// written with zeros instead.
-func (b *File) discard(off, length int64) error {
+// unmapDevice is Unmap for a block device.
+func (b *File) unmapDevice(off, length int64) error {
 	lbs := int64(max(b.lbs, 512))
 	end := off + length
 	start := (off + lbs - 1) / lbs * lbs
@@ -211,9 +261,28 @@ func (b *File) discard(off, length int64) error {
 			return err
 		}
 	}
+	b.mu.RLock()
+	np := b.noPunch
+	b.mu.RUnlock()
+	if !np {
+		err := syscall.Fallocate(b.fd, fallocPunchHole|fallocKeepSize, start, stop-start)
+		if err == nil {
+			return nil
+		}
+		if err != syscall.EOPNOTSUPP && err != syscall.ENOSYS {
+			return err
+		}
+		b.mu.Lock()
+		b.noPunch = true
+		b.mu.Unlock()
+	}
 	r := [2]uint64{uint64(start), uint64(stop - start)}
-	return ioctl(b.fd, blkDiscard, unsafe.Pointer(&r))
+	return ioctl(b.fd, blkZeroOut, unsafe.Pointer(&r))
 }
+
+// UnmapSupported implements UnmapSupporter: true for regular files, and
+// for block devices whose queue accepts discard or write zeroes.
+func (b *File) UnmapSupported() bool { return b.canUnmap }
 
 func writeZeros(w io.WriterAt, off, length int64) error {
 	z := make([]byte, min(length, 1<<20))
@@ -271,6 +340,10 @@ func (b *File) Refresh() (int64, error) {
 
 // LogicalBlockSize implements BlockSizer; 0 for regular files.
 func (b *File) LogicalBlockSize() int { return b.lbs }
+
+// PhysicalBlockSize implements PhysicalBlockSizer (BLKPBSZGET); 0 for
+// regular files or when the device does not say.
+func (b *File) PhysicalBlockSize() int { return b.pbs }
 
 // AllocationStatus implements AllocationStatuser with SEEK_DATA/SEEK_HOLE
 // for regular files. Block devices report everything mapped.

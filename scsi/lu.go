@@ -22,7 +22,9 @@ type LUConfig struct {
 	// GET LBA STATUS.
 	Backstore backstore.Backstore
 	// BlockSize is the logical block length in bytes: 512, 1024, 2048 or
-	// 4096. 0 means the backstore's native size (block devices) or 512.
+	// 4096. 0 means the backstore's native size (block devices: BLKSSZGET)
+	// or 512. On a backstore with a native size (backstore.BlockSizer) any
+	// other value is an error naming both sizes.
 	BlockSize uint32
 	// VendorID (8 chars), ProductID (16 chars) and ProductRev (4 chars) are
 	// the standard INQUIRY identification, space padded (SPC-4 §6.6.2).
@@ -43,7 +45,9 @@ type LUConfig struct {
 	// With WCE=0 every write is made durable before GOOD is returned.
 	WriteCache bool
 	// ThinProvisioning advertises logical block provisioning (LBPME, VPD
-	// B2h, UNMAP, WRITE SAME with UNMAP). It needs a backstore.Unmapper.
+	// B2h, UNMAP, WRITE SAME with UNMAP). It needs a backstore.Unmapper
+	// that, if it is a backstore.UnmapSupporter, reports support (a block
+	// device with discard or write zeroes).
 	ThinProvisioning bool
 	// MaxTransferBytes bounds one READ/WRITE/VERIFY transfer, bytes; the
 	// Block Limits VPD page reports it in blocks. Default 8 MiB.
@@ -65,9 +69,10 @@ type LUConfig struct {
 	RotationRate uint16
 	// PhysicalBlockSize is the physical block length in bytes, a power of
 	// two multiple of BlockSize reported as LOGICAL BLOCKS PER PHYSICAL
-	// BLOCK EXPONENT in READ CAPACITY(16) (SBC-3 §5.16.2). 0 means 4096
-	// (the host page size, the granularity of file and RAM backstores), or
-	// BlockSize if larger.
+	// BLOCK EXPONENT in READ CAPACITY(16) (SBC-3 §5.16.2). 0 means the
+	// device's (backstore.PhysicalBlockSizer: BLKPBSZGET) when it is a power
+	// of two of at least BlockSize, else 4096 (the host page size, the
+	// granularity of file and RAM backstores), or BlockSize if larger.
 	PhysicalBlockSize uint32
 	// ModePages keeps saved mode page values (MODE SELECT SP=1); nil means
 	// saving is not supported (SAVING PARAMETERS NOT SUPPORTED).
@@ -154,14 +159,19 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	default:
 		return nil, fmt.Errorf("scsi: block size %d not one of 512, 1024, 2048, 4096", bsz)
 	}
-	if b, ok := cfg.Backstore.(backstore.BlockSizer); ok && b.LogicalBlockSize() > int(bsz) {
-		return nil, fmt.Errorf("scsi: block size %d below the device's %d", bsz, b.LogicalBlockSize())
+	if b, ok := cfg.Backstore.(backstore.BlockSizer); ok && b.LogicalBlockSize() > 0 && b.LogicalBlockSize() != int(bsz) {
+		return nil, fmt.Errorf("scsi: block size %d disagrees with the device's logical block size %d", bsz, b.LogicalBlockSize())
 	}
 	lu.bsz = bsz
 	lu.shift = uint(bits.TrailingZeros32(bsz))
 	pbs := cfg.PhysicalBlockSize
 	if pbs == 0 {
 		pbs = max(4096, bsz)
+		if p, ok := cfg.Backstore.(backstore.PhysicalBlockSizer); ok && p.PhysicalBlockSize() > 0 {
+			if d := uint32(p.PhysicalBlockSize()); d >= bsz && d&(d-1) == 0 {
+				pbs = d
+			}
+		}
 	}
 	if pbs < bsz || pbs&(pbs-1) != 0 || bits.TrailingZeros32(pbs)-int(lu.shift) > 15 {
 		return nil, fmt.Errorf("scsi: physical block size %d is not a power of two multiple of %d", pbs, bsz)
@@ -175,6 +185,9 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 		u, ok := cfg.Backstore.(backstore.Unmapper)
 		if !ok {
 			return nil, errors.New("scsi: ThinProvisioning needs a backstore with Unmap")
+		}
+		if us, ok := u.(backstore.UnmapSupporter); ok && !us.UnmapSupported() {
+			return nil, errors.New("scsi: ThinProvisioning: the device supports neither discard nor write zeroes")
 		}
 		lu.unmapper = u
 	}
