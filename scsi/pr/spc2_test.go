@@ -77,6 +77,10 @@ func TestSPC2CDBErrors(t *testing.T) {
 		{"RESERVE(10) short", f.s.Reserve(nA, reserve10[:6]), badCDB(0, 7)},
 		{"not a RESERVE", f.s.Reserve(nA, release6), badCDB(0, 7)},
 		{"not a RELEASE", f.s.Release(nA, reserve6), badCDB(0, 7)},
+		// SPC-2 §7.23: RELEASE(6) byte 1 bit 0 is the (unsupported) EXTENT bit.
+		{"RELEASE(6) extent", f.s.Release(nA, []byte{0x17, 0x01, 0, 0, 0, 0}), badCDB(1, 0)},
+		{"RELEASE(10) short", f.s.Release(nA, release10[:6]), badCDB(0, 7)},
+		{"RELEASE short", f.s.Release(nA, []byte{0x17}), badCDB(0, 7)},
 	} {
 		if tc.o != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, tc.o, tc.want)

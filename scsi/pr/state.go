@@ -242,37 +242,15 @@ func (s *State) Check(n Nexus, cl Class) Outcome {
 // CONFLICT. A reservation held by another nexus gives RESERVATION CONFLICT;
 // from the holder it is GOOD.
 func (s *State) Reserve(n Nexus, cdb []byte) Outcome {
-	if len(cdb) < 6 {
-		return badCDB(0, 7)
-	}
-	switch cdb[0] {
-	case OpReserve6:
-		if cdb[1]&0x01 != 0 {
-			return badCDB(1, 0)
+	return s.spc2(n, cdb, OpReserve6, OpReserve10, func(k nexusKey) Outcome {
+		if s.rsv != nil && *s.rsv != k {
+			return conflict
 		}
-	case OpReserve10:
-		if len(cdb) < 10 {
-			return badCDB(0, 7)
-		}
-		if cdb[1]&0x10 != 0 {
-			return badCDB(1, 4)
-		}
-	default:
-		return badCDB(0, 7)
-	}
-	k := keyOf(n)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if o, done := s.spc2Exception(k); done {
-		return o
-	}
-	if s.rsv != nil && *s.rsv != k {
-		return conflict
-	}
-	s.rsv = &k
-	s.noteLocked()
-	s.log.Debug("SPC-2 reserve", "initiator", k.initiator, "target", k.target)
-	return good
+		s.rsv = &k
+		s.noteLocked()
+		s.log.Debug("SPC-2 reserve", "initiator", k.initiator, "target", k.target)
+		return good
+	})
 }
 
 // Release performs RELEASE(6) (CDB opcode 17h) or RELEASE(10) (57h) from n
@@ -281,15 +259,31 @@ func (s *State) Reserve(n Nexus, cdb []byte) Outcome {
 // Third-party release (RELEASE(10) byte 1 bit 4) gets INVALID FIELD IN CDB.
 // The SPC-4 §5.13.3 exceptions apply as for Reserve.
 func (s *State) Release(n Nexus, cdb []byte) Outcome {
+	return s.spc2(n, cdb, OpRelease6, OpRelease10, func(k nexusKey) Outcome {
+		if s.rsv != nil && *s.rsv == k {
+			s.rsv = nil
+			s.noteLocked()
+			s.log.Debug("SPC-2 release", "initiator", k.initiator, "target", k.target)
+		}
+		return good
+	})
+}
+
+// spc2 is the common part of RESERVE and RELEASE: the CDB check (op6 and
+// op10 are the accepted opcodes; the 6-byte form's extent bit, byte 1 bit
+// 0, and the 10-byte form's third-party bit, byte 1 bit 4, are INVALID
+// FIELD IN CDB), then, with s.mu held, the SPC-4 §5.13.3 exceptions, and
+// only when no registration exists apply(k) for the requesting nexus.
+func (s *State) spc2(n Nexus, cdb []byte, op6, op10 byte, apply func(k nexusKey) Outcome) Outcome {
 	if len(cdb) < 6 {
 		return badCDB(0, 7)
 	}
 	switch cdb[0] {
-	case OpRelease6:
+	case op6:
 		if cdb[1]&0x01 != 0 {
 			return badCDB(1, 0)
 		}
-	case OpRelease10:
+	case op10:
 		if len(cdb) < 10 {
 			return badCDB(0, 7)
 		}
@@ -305,12 +299,7 @@ func (s *State) Release(n Nexus, cdb []byte) Outcome {
 	if o, done := s.spc2Exception(k); done {
 		return o
 	}
-	if s.rsv != nil && *s.rsv == k {
-		s.rsv = nil
-		s.noteLocked()
-		s.log.Debug("SPC-2 release", "initiator", k.initiator, "target", k.target)
-	}
-	return good
+	return apply(k)
 }
 
 // spc2Exception applies SPC-4 §5.13.3 to RESERVE and RELEASE: with any
