@@ -15,7 +15,9 @@
 // server checks what it read against rping's pattern), -d debug logging
 // (includes the negotiated MPA revision and CRC). Beyond rping: --crc asks
 // for the MPA CRC32c, --mpa-rev picks MPA revision 1 or 2, --timeout bounds
-// the whole run.
+// the whole run. SENDs and RDMA WRITEs complete once written to TCP, as on
+// siw (iwarp.Config.CompleteOnTransmit), so the wire carries rping's
+// messages only.
 //
 // Exit status: 0 on success, 1 on any error (connection, protocol, data
 // mismatch), 2 on bad usage.
@@ -103,7 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
-	dev := iwarp.NewDevice(iwarp.Config{Logger: log, CRC: *crc, MPARevision: *rev})
+	// Completion at transmit, as siw and every verbs rping peer: no
+	// zero-length fencing Reads on the wire, only rping's own messages.
+	dev := iwarp.NewDevice(iwarp.Config{Logger: log, CRC: *crc, MPARevision: *rev, CompleteOnTransmit: true})
 	defer dev.Close()
 	cfg := rping.Config{Size: *size, Count: *count, Validate: *validate, Logger: log}
 	if *verbose {
