@@ -1254,16 +1254,25 @@ func (d *Device) sge(s rdma.SGE) (C.struct_ibv_sge, error) {
 	return C.struct_ibv_sge{addr: C.uint64_t(m.Addr() + uint64(s.Offset)), length: C.uint32_t(s.Length), lkey: C.uint32_t(lkey)}, nil
 }
 
-func (c *conn) PostSend(wrs ...rdma.SendWR) error {
+// maxChunk is how many work requests one call into C posts: the size of the
+// ibv_*_wr arrays gs_post_send and gs_post_recv build on their stack.
+const maxChunk = 64
+
+// inChunks hands wrs to post in order, maxChunk at a time, and stops at the
+// first error (the chunks before it stay posted, as does whatever post
+// posted of the failing chunk).
+func inChunks[T any](wrs []T, post func([]T) error) error {
 	for len(wrs) > 0 {
-		n := min(len(wrs), 64)
-		if err := c.postSend(wrs[:n]); err != nil {
+		n := min(len(wrs), maxChunk)
+		if err := post(wrs[:n]); err != nil {
 			return err
 		}
 		wrs = wrs[n:]
 	}
 	return nil
 }
+
+func (c *conn) PostSend(wrs ...rdma.SendWR) error { return inChunks(wrs, c.postSend) }
 
 func (c *conn) postSend(wrs []rdma.SendWR) error {
 	c.mu.Lock()
@@ -1362,14 +1371,7 @@ func (c *conn) PostRecv(wrs ...rdma.RecvWR) error {
 	if c.srq != nil && len(wrs) > 0 {
 		return fmt.Errorf("%w: the queue pair receives through a shared receive queue", rdma.ErrInvalidWR)
 	}
-	for len(wrs) > 0 {
-		n := min(len(wrs), 64)
-		if err := c.postRecv(wrs[:n]); err != nil {
-			return err
-		}
-		wrs = wrs[n:]
-	}
-	return nil
+	return inChunks(wrs, c.postRecv)
 }
 
 func (c *conn) postRecv(wrs []rdma.RecvWR) error {
@@ -1381,8 +1383,8 @@ func (c *conn) postRecv(wrs []rdma.RecvWR) error {
 	if int(c.recvSeq-c.recvDone)+len(wrs) > len(c.recvIDs) {
 		return rdma.ErrQueueFull
 	}
-	var ids [64]C.uint64_t
-	var sges [64]C.struct_ibv_sge
+	var ids [maxChunk]C.uint64_t
+	var sges [maxChunk]C.struct_ibv_sge
 	for i, w := range wrs {
 		s, err := c.d.recvSGE(w)
 		if err != nil {
@@ -1653,16 +1655,7 @@ func (s *srq) complete(seq uint64) uint64 {
 // without local write access; an SGE outside its region), rdma.ErrQueueFull
 // (depth receives posted and not completed, or the adapter's ENOMEM),
 // rdma.ErrClosed.
-func (s *srq) PostRecv(wrs ...rdma.RecvWR) error {
-	for len(wrs) > 0 {
-		n := min(len(wrs), 64)
-		if err := s.postRecv(wrs[:n]); err != nil {
-			return err
-		}
-		wrs = wrs[n:]
-	}
-	return nil
-}
+func (s *srq) PostRecv(wrs ...rdma.RecvWR) error { return inChunks(wrs, s.postRecv) }
 
 func (s *srq) postRecv(wrs []rdma.RecvWR) error {
 	s.mu.Lock()
@@ -1670,8 +1663,8 @@ func (s *srq) postRecv(wrs []rdma.RecvWR) error {
 	if s.s == nil {
 		return rdma.ErrClosed
 	}
-	var ids [64]C.uint64_t
-	var sges [64]C.struct_ibv_sge
+	var ids [maxChunk]C.uint64_t
+	var sges [maxChunk]C.struct_ibv_sge
 	n := 0
 	var stop error
 	for _, w := range wrs {

@@ -214,3 +214,42 @@ func TestDeviceFor(t *testing.T) {
 		t.Fatal("DeviceFor accepted a bad port")
 	}
 }
+
+// TestInChunks needs no device: work requests go to C in order, at most
+// maxChunk (64, the C arrays' size) per call, and the first error stops them.
+func TestInChunks(t *testing.T) {
+	wrs := make([]int, 2*maxChunk+2)
+	for i := range wrs {
+		wrs[i] = i
+	}
+	var sizes []int
+	next := 0
+	err := inChunks(wrs, func(c []int) error {
+		sizes = append(sizes, len(c))
+		for _, v := range c {
+			if v != next {
+				t.Fatalf("work request %d handed over in place of %d", v, next)
+			}
+			next++
+		}
+		return nil
+	})
+	if err != nil || next != len(wrs) || len(sizes) != 3 || sizes[0] != 64 || sizes[1] != 64 || sizes[2] != 2 {
+		t.Fatalf("130 work requests: chunks %v, %d handed over, err %v; want [64 64 2], 130, nil", sizes, next, err)
+	}
+	calls := 0
+	stop := errors.New("queue full")
+	err = inChunks(wrs, func(c []int) error {
+		calls++
+		if calls == 2 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || calls != 2 {
+		t.Fatalf("error in the second chunk: %d calls, err %v; want 2 calls, the error", calls, err)
+	}
+	if err := inChunks(nil, func([]int) error { t.Fatal("called for no work requests"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
