@@ -66,8 +66,8 @@ done
 [ ${#missing[@]} = 0 ] || die "missing host tools: ${missing[*]} -- run scripts/deps.sh"
 
 mkdir -p "$CACHE/debs"
-exec 9>"$CACHE/.build.lock"
-flock -w 3600 9 || die "another build holds $CACHE/.build.lock"
+exec 9>"$CACHE/.guest-build.lock"   # run.sh holds .build.lock around this script
+flock -w 3600 9 || die "another build holds $CACHE/.guest-build.lock"
 t_start=$SECONDS
 
 # ------------------------------------------------------------ Debian packages
