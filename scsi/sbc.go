@@ -6,42 +6,78 @@ import (
 	"encoding/binary"
 )
 
-// lbaLen decodes the LOGICAL BLOCK ADDRESS and TRANSFER LENGTH (or
-// VERIFICATION / NUMBER OF LOGICAL BLOCKS) fields of the SBC-3 read, write,
-// verify, write same, synchronize cache and pre-fetch CDBs, and the byte
-// offset of the length field for field pointers. A READ(6)/WRITE(6)
-// TRANSFER LENGTH of 0 means 256 blocks (SBC-3 §5.13).
-func lbaLen(cdb []byte) (lba uint64, n uint32, lenField int) {
-	switch cdbGroupLen(cdb[0]) {
-	case 6:
-		lba = uint64(be24(cdb[1:]) & 0x1FFFFF)
-		n = uint32(cdb[4])
-		if n == 0 {
-			n = 256
-		}
-		return lba, n, 4
-	case 10:
-		return uint64(be32(cdb[2:])), uint32(be16(cdb[7:])), 7
-	case 12:
-		return uint64(be32(cdb[2:])), be32(cdb[6:]), 6
+// blockField places the LOGICAL BLOCK ADDRESS and TRANSFER LENGTH (or
+// VERIFICATION LENGTH / NUMBER OF LOGICAL BLOCKS) fields in the SBC-3 CDBs of
+// one length: byte offset and width in bytes of each, big-endian.
+type blockField struct {
+	lbaOff, lbaWidth int
+	lbaMask          uint64
+	lenOff, lenWidth int
+	// zero256: a TRANSFER LENGTH of 0 means 256 blocks (READ(6), WRITE(6)).
+	zero256 bool
+}
+
+// blockFields holds the layouts of the 6-, 10-, 12- and 16-byte read,
+// write, verify, write and verify, write same, synchronize cache and
+// pre-fetch CDBs (SBC-3 §5), indexed by cdbSizeIndex. The 6-byte LBA is the
+// low 21 bits of bytes 1..3.
+var blockFields = [4]blockField{
+	{lbaOff: 1, lbaWidth: 3, lbaMask: 0x1FFFFF, lenOff: 4, lenWidth: 1, zero256: true},
+	{lbaOff: 2, lbaWidth: 4, lbaMask: 1<<32 - 1, lenOff: 7, lenWidth: 2},
+	{lbaOff: 2, lbaWidth: 4, lbaMask: 1<<32 - 1, lenOff: 6, lenWidth: 4},
+	{lbaOff: 2, lbaWidth: 8, lbaMask: 1<<64 - 1, lenOff: 10, lenWidth: 4},
+}
+
+// cdbSizeIndex maps an opcode's group code (SPC-4 §4.3.2) to its
+// blockFields row: group 0 → 6 bytes, 1 and 2 → 10, 5 → 12, others → 16.
+func cdbSizeIndex(op byte) int {
+	switch op >> 5 {
+	case 0:
+		return 0
+	case 1, 2:
+		return 1
+	case 5:
+		return 2
 	default:
-		return be64(cdb[2:]), be32(cdb[10:]), 10
+		return 3
 	}
 }
 
-// cdbGroupLen returns the CDB length in bytes implied by the opcode's
-// group code (SPC-4 §4.3.2) for the groups SBC-3 uses.
-func cdbGroupLen(op byte) int {
-	switch op >> 5 {
-	case 0:
-		return 6
-	case 1, 2:
-		return 10
-	case 5:
-		return 12
-	default:
-		return 16
+// beField reads a big-endian unsigned field of 1 to 8 bytes.
+func beField(b []byte) uint64 {
+	var v uint64
+	for _, x := range b {
+		v = v<<8 | uint64(x)
 	}
+	return v
+}
+
+// lbaLen decodes the LOGICAL BLOCK ADDRESS and length fields of cdb through
+// blockFields and returns the byte offset of the length field for field
+// pointers. The caller has validated the CDB length (opcode table).
+func lbaLen(cdb []byte) (lba uint64, n uint32, lenField int) {
+	l := &blockFields[cdbSizeIndex(cdb[0])]
+	lba = beField(cdb[l.lbaOff:l.lbaOff+l.lbaWidth]) & l.lbaMask
+	n = uint32(beField(cdb[l.lenOff : l.lenOff+l.lenWidth]))
+	if n == 0 && l.zero256 {
+		n = 256
+	}
+	return lba, n, l.lenOff
+}
+
+// xferRange decodes a data transfer CDB (READ, WRITE, WRITE AND VERIFY)
+// and checks its TRANSFER LENGTH against the MAXIMUM TRANSFER LENGTH and
+// its range against the capacity; size is the transfer in bytes.
+func (c *cmdCtx) xferRange() (lba uint64, n uint32, size int, f failure) {
+	lu := c.lu
+	lba, n, lf := lbaLen(c.cdb)
+	if f := lu.checkXfer(n, lf); f.failed() {
+		return 0, 0, 0, f
+	}
+	if f := lu.checkRange(lba, uint64(n)); f.failed() {
+		return 0, 0, 0, f
+	}
+	return lba, n, int(n) << lu.shift, ok
 }
 
 // checkRange enforces SBC-3 §4.5: LBA + length must not pass the capacity.
@@ -91,14 +127,10 @@ func (c *cmdCtx) needsParamList(plen int) failure {
 // the backstore holds no data that is not already readable.
 func execRead(c *cmdCtx) failure {
 	lu := c.lu
-	lba, n, lf := lbaLen(c.cdb)
-	if f := lu.checkXfer(n, lf); f.failed() {
+	lba, n, want, f := c.xferRange()
+	if f.failed() {
 		return f
 	}
-	if f := lu.checkRange(lba, uint64(n)); f.failed() {
-		return f
-	}
-	want := int(n) << lu.shift
 	c.res.DataInWanted = want
 	m := min(want, len(c.cmd.DataIn))
 	if m == 0 {
@@ -153,14 +185,10 @@ func execWrite(c *cmdCtx) failure {
 	if f := lu.writeProtect(); f.failed() {
 		return f
 	}
-	lba, n, lf := lbaLen(c.cdb)
-	if f := lu.checkXfer(n, lf); f.failed() {
+	lba, _, want, f := c.xferRange()
+	if f.failed() {
 		return f
 	}
-	if f := lu.checkRange(lba, uint64(n)); f.failed() {
-		return f
-	}
-	want := int(n) << lu.shift
 	if f := c.needsDataOut(want); f.failed() {
 		return f
 	}
@@ -179,14 +207,10 @@ func execWriteAndVerify(c *cmdCtx) failure {
 	if f := lu.writeProtect(); f.failed() {
 		return f
 	}
-	lba, n, lf := lbaLen(c.cdb)
-	if f := lu.checkXfer(n, lf); f.failed() {
+	lba, _, want, f := c.xferRange()
+	if f.failed() {
 		return f
 	}
-	if f := lu.checkRange(lba, uint64(n)); f.failed() {
-		return f
-	}
-	want := int(n) << lu.shift
 	if f := c.needsDataOut(want); f.failed() {
 		return f
 	}
