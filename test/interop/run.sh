@@ -66,8 +66,8 @@ mkdir -p "$CACHE"
 session=$(date +%Y%m%d-%H%M%S)-$$
 t0=$SECONDS
 # The guest image is shared: one build.sh at a time on this host.
-exec 9>"$CACHE/.build.lock"
-flock -w 3600 9 || { say "another interop run holds $CACHE/.build.lock"; exit 1; }
+exec 9>"$CACHE/.runbld.lck"
+flock -w 3600 9 || { say "another interop run holds $CACHE/.runbld.lck"; exit 1; }
 if ! timeout 3600 "$HERE/build.sh" 2>"$CACHE/build.log"; then
 	tail -30 "$CACHE/build.log"
 	say "guest build failed (log: $CACHE/build.log)"
