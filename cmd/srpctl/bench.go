@@ -115,69 +115,64 @@ func newBenchCmd() *cobra.Command {
 			if need := (qd+nch-1)/nch + 2; o.QueueSize < need {
 				o.QueueSize = max(need, initiator.DefaultQueueSize)
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := tf.connectOptions(ctx, o)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			capy, err := s.ReadCapacity16(ctx, s.lun)
-			if err != nil {
-				return err
-			}
-			bsz := int(capy.BlockSize)
-			if bs%bsz != 0 || bs == 0 {
-				return fmt.Errorf("--bs %d is not a multiple of the %d-byte block", bs, bsz)
-			}
-			region := int64(capy.Bytes())
-			if sizeStr != "" {
-				sz, err := parseSize(sizeStr)
+			return tf.withSessionOptions(cmd.Context(), o, func(ctx context.Context, s *conn) error {
+				capy, err := s.ReadCapacity16(ctx, s.lun)
 				if err != nil {
 					return err
 				}
-				region = min(region, sz)
-			}
-			nblk := uint64(region) / uint64(bs) // bs-sized slots
-			if nblk == 0 {
-				return fmt.Errorf("region of %d bytes smaller than --bs %d", region, bs)
-			}
-			if verify {
-				return benchVerify(ctx, cmd, s, verifyConfig{
-					bs: bs, bsz: bsz, qd: qd, nslots: nblk, random: strings.HasPrefix(rw, "rand"),
-					seed: verifySeed, loops: loops, verifyOnly: verifyOnly, fua: fua,
-				}, asJSON)
-			}
-			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
-				if err != nil {
-					return err
+				bsz := int(capy.BlockSize)
+				if bs%bsz != 0 || bs == 0 {
+					return fmt.Errorf("--bs %d is not a multiple of the %d-byte block", bs, bsz)
 				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
+				region := int64(capy.Bytes())
+				if sizeStr != "" {
+					sz, err := parseSize(sizeStr)
+					if err != nil {
+						return err
+					}
+					region = min(region, sz)
 				}
-				defer pprof.StopCPUProfile()
-			}
-			res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua, registerEach)
-			if fatal != nil {
-				return fmt.Errorf("bench stopped after %d I/Os: %w", res.IOs, fatal)
-			}
-			res.Channels = s.Options().ChCount
-			res.Job = fmt.Sprintf("%s-%s", rw, strings.ToLower(bsStr))
-			w := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(res)
-			}
-			fmt.Fprintf(w, "%s: bs=%d iodepth=%d channels=%d runtime=%.1fs\n", res.Job, bs, qd, res.Channels, res.Runtime)
-			fmt.Fprintf(w, "  IOPS=%.0f, BW=%.1f MiB/s, ios=%d, errors=%d\n", res.IOPS, res.MiBps, res.IOs, res.Errors)
-			fmt.Fprintf(w, "  lat (us): mean=%.1f p50=%.1f p99=%.1f p99.9=%.1f max=%.1f\n", res.LatMeanUs, res.LatP50Us, res.LatP99Us, res.LatP999Us, res.LatMaxUs)
-			if res.Errors > 0 {
-				return fmt.Errorf("%d I/O errors", res.Errors)
-			}
-			return nil
+				nblk := uint64(region) / uint64(bs) // bs-sized slots
+				if nblk == 0 {
+					return fmt.Errorf("region of %d bytes smaller than --bs %d", region, bs)
+				}
+				if verify {
+					return benchVerify(ctx, cmd, s, verifyConfig{
+						bs: bs, bsz: bsz, qd: qd, nslots: nblk, random: strings.HasPrefix(rw, "rand"),
+						seed: verifySeed, loops: loops, verifyOnly: verifyOnly, fua: fua,
+					}, asJSON)
+				}
+				if cpuProfile != "" {
+					f, err := os.Create(cpuProfile)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					if err := pprof.StartCPUProfile(f); err != nil {
+						return err
+					}
+					defer pprof.StopCPUProfile()
+				}
+				res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua, registerEach)
+				if fatal != nil {
+					return fmt.Errorf("bench stopped after %d I/Os: %w", res.IOs, fatal)
+				}
+				res.Channels = s.Options().ChCount
+				res.Job = fmt.Sprintf("%s-%s", rw, strings.ToLower(bsStr))
+				w := cmd.OutOrStdout()
+				if asJSON {
+					enc := json.NewEncoder(w)
+					enc.SetIndent("", "  ")
+					return enc.Encode(res)
+				}
+				fmt.Fprintf(w, "%s: bs=%d iodepth=%d channels=%d runtime=%.1fs\n", res.Job, bs, qd, res.Channels, res.Runtime)
+				fmt.Fprintf(w, "  IOPS=%.0f, BW=%.1f MiB/s, ios=%d, errors=%d\n", res.IOPS, res.MiBps, res.IOs, res.Errors)
+				fmt.Fprintf(w, "  lat (us): mean=%.1f p50=%.1f p99=%.1f p99.9=%.1f max=%.1f\n", res.LatMeanUs, res.LatP50Us, res.LatP99Us, res.LatP999Us, res.LatMaxUs)
+				if res.Errors > 0 {
+					return fmt.Errorf("%d I/O errors", res.Errors)
+				}
+				return nil
+			})
 		},
 	}
 	addTargetFlags(c, &tf, true)

@@ -121,58 +121,53 @@ func newReadCmd() *cobra.Command {
 		Use:   "read TARGET --of FILE",
 		Short: "copy logical blocks from a LUN to a file (READ(16)); --of - writes to stdout",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := cf.connect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			capy, bs, err := cf.geometry(ctx, s)
-			if err != nil {
-				return err
-			}
-			bsz := int64(capy.BlockSize)
-			blocks := int64(capy.Blocks() - cf.lba)
-			if cf.count >= 0 {
-				blocks = min(blocks, cf.count)
-			}
-			total := blocks * bsz
-			var out io.WriterAt
-			qd := cf.qd
-			if cf.file == "-" {
-				out, qd = &seqWriter{w: os.Stdout}, 1
-			} else {
-				f, err := os.OpenFile(cf.file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			return cf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
+				capy, bs, err := cf.geometry(ctx, s)
 				if err != nil {
 					return err
 				}
-				defer f.Close()
-				out = f
-			}
-			bar := cf.bar(total, "read")
-			pool := sync.Pool{New: func() any { b := make([]byte, bs); return &b }}
-			err = chunks(ctx, total, bs, qd, func(ctx context.Context, off int64, n int) error {
-				bp := pool.Get().(*[]byte)
-				defer pool.Put(bp)
-				buf := (*bp)[:n]
-				if err := s.Read16(ctx, s.lun, cf.lba+uint64(off/bsz), buf, int(bsz), cf.fua); err != nil {
-					return fmt.Errorf("READ(16) at LBA %d: %w", cf.lba+uint64(off/bsz), err)
+				bsz := int64(capy.BlockSize)
+				blocks := int64(capy.Blocks() - cf.lba)
+				if cf.count >= 0 {
+					blocks = min(blocks, cf.count)
 				}
-				if _, err := out.WriteAt(buf, off); err != nil {
+				total := blocks * bsz
+				var out io.WriterAt
+				qd := cf.qd
+				if cf.file == "-" {
+					out, qd = &seqWriter{w: os.Stdout}, 1
+				} else {
+					f, err := os.OpenFile(cf.file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					out = f
+				}
+				bar := cf.bar(total, "read")
+				pool := sync.Pool{New: func() any { b := make([]byte, bs); return &b }}
+				err = chunks(ctx, total, bs, qd, func(ctx context.Context, off int64, n int) error {
+					bp := pool.Get().(*[]byte)
+					defer pool.Put(bp)
+					buf := (*bp)[:n]
+					if err := s.Read16(ctx, s.lun, cf.lba+uint64(off/bsz), buf, int(bsz), cf.fua); err != nil {
+						return fmt.Errorf("READ(16) at LBA %d: %w", cf.lba+uint64(off/bsz), err)
+					}
+					if _, err := out.WriteAt(buf, off); err != nil {
+						return err
+					}
+					bar.Add(n)
+					return nil
+				})
+				bar.Finish()
+				if err != nil {
 					return err
 				}
-				bar.Add(n)
+				if f, ok := out.(*os.File); ok {
+					return f.Sync()
+				}
 				return nil
 			})
-			bar.Finish()
-			if err != nil {
-				return err
-			}
-			if f, ok := out.(*os.File); ok {
-				return f.Sync()
-			}
-			return nil
 		},
 	}
 	addCopyFlags(c, &cf, "of", "output file (- for stdout)")
@@ -210,50 +205,45 @@ func newWriteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := cf.connect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			capy, bs, err := cf.geometry(ctx, s)
-			if err != nil {
-				return err
-			}
-			bsz := int64(capy.BlockSize)
-			total := st.Size()
-			if cf.count >= 0 {
-				total = min(total, cf.count*bsz)
-			}
-			if room := int64(capy.Blocks()-cf.lba) * bsz; total > room {
-				return fmt.Errorf("%s: %d bytes do not fit in the %d bytes from LBA %d", cf.file, total, room, cf.lba)
-			}
-			bar := cf.bar(total, "write")
-			pool := sync.Pool{New: func() any { b := make([]byte, bs); return &b }}
-			err = chunks(ctx, total, bs, cf.qd, func(ctx context.Context, off int64, n int) error {
-				bp := pool.Get().(*[]byte)
-				defer pool.Put(bp)
-				padded := (int64(n) + bsz - 1) / bsz * bsz
-				buf := (*bp)[:padded]
-				if _, err := f.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+			return cf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
+				capy, bs, err := cf.geometry(ctx, s)
+				if err != nil {
 					return err
 				}
-				clear(buf[n:])
-				if err := s.Write16(ctx, s.lun, cf.lba+uint64(off/bsz), buf, int(bsz), cf.fua); err != nil {
-					return fmt.Errorf("WRITE(16) at LBA %d: %w", cf.lba+uint64(off/bsz), err)
+				bsz := int64(capy.BlockSize)
+				total := st.Size()
+				if cf.count >= 0 {
+					total = min(total, cf.count*bsz)
 				}
-				bar.Add(n)
-				return nil
+				if room := int64(capy.Blocks()-cf.lba) * bsz; total > room {
+					return fmt.Errorf("%s: %d bytes do not fit in the %d bytes from LBA %d", cf.file, total, room, cf.lba)
+				}
+				bar := cf.bar(total, "write")
+				pool := sync.Pool{New: func() any { b := make([]byte, bs); return &b }}
+				err = chunks(ctx, total, bs, cf.qd, func(ctx context.Context, off int64, n int) error {
+					bp := pool.Get().(*[]byte)
+					defer pool.Put(bp)
+					padded := (int64(n) + bsz - 1) / bsz * bsz
+					buf := (*bp)[:padded]
+					if _, err := f.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+						return err
+					}
+					clear(buf[n:])
+					if err := s.Write16(ctx, s.lun, cf.lba+uint64(off/bsz), buf, int(bsz), cf.fua); err != nil {
+						return fmt.Errorf("WRITE(16) at LBA %d: %w", cf.lba+uint64(off/bsz), err)
+					}
+					bar.Add(n)
+					return nil
+				})
+				bar.Finish()
+				if err != nil {
+					return err
+				}
+				if cf.noSync {
+					return nil
+				}
+				return s.SynchronizeCache(ctx, s.lun)
 			})
-			bar.Finish()
-			if err != nil {
-				return err
-			}
-			if cf.noSync {
-				return nil
-			}
-			return s.SynchronizeCache(ctx, s.lun)
 		},
 	}
 	addCopyFlags(c, &cf, "if", "input file")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,28 +19,23 @@ func newLoginCmd() *cobra.Command {
 		Use:   "login TARGET",
 		Short: "log in to an SRP target, print the SRP_LOGIN_RSP facts and log out",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := tf.connect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			o, li := s.Options(), s.Info()
-			ipi, tpi := o.PortIDs()
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "target port ID     %x\n", tpi)
-			fmt.Fprintf(w, "initiator port ID  %x\n", ipi)
-			fmt.Fprintf(w, "channels           %d\n", o.ChCount)
-			fmt.Fprintf(w, "req_lim            %d\n", li.ReqLimDelta)
-			fmt.Fprintf(w, "can_queue          %d\n", li.CanQueue)
-			fmt.Fprintf(w, "req_it_iu_len      %d\n", li.ReqITIULen)
-			fmt.Fprintf(w, "max_it_iu_len      %d\n", li.MaxITIULen)
-			fmt.Fprintf(w, "max_ti_iu_len      %d\n", li.MaxTIIULen)
-			fmt.Fprintf(w, "buf_fmt            %#04x%s\n", li.BufFmt, bufFmtNames(li.BufFmt))
-			fmt.Fprintf(w, "rsp_flags          %#02x (%s)\n", li.RspFlags, multichanResult(li.RspFlags))
-			fmt.Fprintf(w, "immediate data     %v\n", li.ImmediateData)
-			return nil
+			return tf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
+				o, li := s.Options(), s.Info()
+				ipi, tpi := o.PortIDs()
+				w := cmd.OutOrStdout()
+				fmt.Fprintf(w, "target port ID     %x\n", tpi)
+				fmt.Fprintf(w, "initiator port ID  %x\n", ipi)
+				fmt.Fprintf(w, "channels           %d\n", o.ChCount)
+				fmt.Fprintf(w, "req_lim            %d\n", li.ReqLimDelta)
+				fmt.Fprintf(w, "can_queue          %d\n", li.CanQueue)
+				fmt.Fprintf(w, "req_it_iu_len      %d\n", li.ReqITIULen)
+				fmt.Fprintf(w, "max_it_iu_len      %d\n", li.MaxITIULen)
+				fmt.Fprintf(w, "max_ti_iu_len      %d\n", li.MaxTIIULen)
+				fmt.Fprintf(w, "buf_fmt            %#04x%s\n", li.BufFmt, bufFmtNames(li.BufFmt))
+				fmt.Fprintf(w, "rsp_flags          %#02x (%s)\n", li.RspFlags, multichanResult(li.RspFlags))
+				fmt.Fprintf(w, "immediate data     %v\n", li.ImmediateData)
+				return nil
+			})
 		},
 	}
 	addTargetFlags(c, &tf, false)
@@ -74,30 +70,25 @@ func newLUNsCmd() *cobra.Command {
 		Use:   "luns TARGET",
 		Short: "list the target's logical units (REPORT LUNS) with their INQUIRY identity",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := tf.connect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			luns, err := s.ReportLUNs(ctx)
-			if err != nil {
-				return err
-			}
-			for _, l := range luns {
-				desc := ""
-				if b, err := s.Inquiry(ctx, l, false, 0, 96); err == nil {
-					if d, err := initiator.ParseInquiry(b); err == nil {
-						desc = fmt.Sprintf("%-8s %-16s %-4s type %d", d.Vendor, d.Product, d.Revision, d.DeviceType)
+			return tf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
+				luns, err := s.ReportLUNs(ctx)
+				if err != nil {
+					return err
+				}
+				for _, l := range luns {
+					desc := ""
+					if b, err := s.Inquiry(ctx, l, false, 0, 96); err == nil {
+						if d, err := initiator.ParseInquiry(b); err == nil {
+							desc = fmt.Sprintf("%-8s %-16s %-4s type %d", d.Vendor, d.Product, d.Revision, d.DeviceType)
+						}
 					}
+					if c, err := s.ReadCapacity16(ctx, l); err == nil {
+						desc += fmt.Sprintf("  %d x %d bytes (%s)", c.Blocks(), c.BlockSize, humanBytes(c.Bytes()))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "lun %-4d %016x  %s\n", initiator.LUNNumber(l), l, desc)
 				}
-				if c, err := s.ReadCapacity16(ctx, l); err == nil {
-					desc += fmt.Sprintf("  %d x %d bytes (%s)", c.Blocks(), c.BlockSize, humanBytes(c.Bytes()))
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "lun %-4d %016x  %s\n", initiator.LUNNumber(l), l, desc)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	addTargetFlags(c, &tf, false)
@@ -126,37 +117,32 @@ func newInquiryCmd() *cobra.Command {
 			if vpd > 0xff || (vpd < 0 && cmd.Flags().Changed("vpd")) {
 				return fmt.Errorf("--vpd %d: a page code is 0..255 (0x00..0xff)", vpd)
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := tf.connect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			w := cmd.OutOrStdout()
-			if vpd >= 0 {
-				b, err := s.Inquiry(ctx, s.lun, true, uint8(vpd), 0xff00)
+			return tf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
+				w := cmd.OutOrStdout()
+				if vpd >= 0 {
+					b, err := s.Inquiry(ctx, s.lun, true, uint8(vpd), 0xff00)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(w, "VPD page %#02x, %d bytes:\n%s", vpd, len(b), hex.Dump(b))
+					return nil
+				}
+				b, err := s.Inquiry(ctx, s.lun, false, 0, 96)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(w, "VPD page %#02x, %d bytes:\n%s", vpd, len(b), hex.Dump(b))
+				d, err := initiator.ParseInquiry(b)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "vendor            %s\nproduct           %s\nrevision          %s\n", d.Vendor, d.Product, d.Revision)
+				fmt.Fprintf(w, "peripheral type   %d (qualifier %d)\nversion           %d\nresponse format   %d\n", d.DeviceType, d.PeripheralQualifier, d.Version, d.ResponseFormat)
+				fmt.Fprintf(w, "removable         %v\ncommand queueing  %v\nTPGS              %d\n", d.Removable, d.CmdQue, d.TPGS)
+				if raw {
+					fmt.Fprint(w, hex.Dump(b))
+				}
 				return nil
-			}
-			b, err := s.Inquiry(ctx, s.lun, false, 0, 96)
-			if err != nil {
-				return err
-			}
-			d, err := initiator.ParseInquiry(b)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(w, "vendor            %s\nproduct           %s\nrevision          %s\n", d.Vendor, d.Product, d.Revision)
-			fmt.Fprintf(w, "peripheral type   %d (qualifier %d)\nversion           %d\nresponse format   %d\n", d.DeviceType, d.PeripheralQualifier, d.Version, d.ResponseFormat)
-			fmt.Fprintf(w, "removable         %v\ncommand queueing  %v\nTPGS              %d\n", d.Removable, d.CmdQue, d.TPGS)
-			if raw {
-				fmt.Fprint(w, hex.Dump(b))
-			}
-			return nil
+			})
 		},
 	}
 	addTargetFlags(c, &tf, true)
@@ -171,23 +157,18 @@ func newReadcapCmd() *cobra.Command {
 		Use:   "readcap TARGET",
 		Short: "send READ CAPACITY(16)",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := tf.connect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			c, err := s.ReadCapacity16(ctx, s.lun)
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "last LBA          %d\nblock size        %d\nblocks            %d\ncapacity          %d bytes (%s)\n",
-				c.LastLBA, c.BlockSize, c.Blocks(), c.Bytes(), humanBytes(c.Bytes()))
-			fmt.Fprintf(w, "physical block    %d logical blocks\nthin provisioned  %v (LBPRZ %v)\nprotection        %v\n",
-				1<<c.LogicalPerPhysicalExp, c.LBPME, c.LBPRZ, c.ProtectionEnabled)
-			return nil
+			return tf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
+				c, err := s.ReadCapacity16(ctx, s.lun)
+				if err != nil {
+					return err
+				}
+				w := cmd.OutOrStdout()
+				fmt.Fprintf(w, "last LBA          %d\nblock size        %d\nblocks            %d\ncapacity          %d bytes (%s)\n",
+					c.LastLBA, c.BlockSize, c.Blocks(), c.Bytes(), humanBytes(c.Bytes()))
+				fmt.Fprintf(w, "physical block    %d logical blocks\nthin provisioned  %v (LBPRZ %v)\nprotection        %v\n",
+					1<<c.LogicalPerPhysicalExp, c.LBPME, c.LBPRZ, c.ProtectionEnabled)
+				return nil
+			})
 		},
 	}
 	addTargetFlags(c, &tf, true)
@@ -224,39 +205,34 @@ func newSCSICmd() *cobra.Command {
 				in = make([]byte, inLen)
 				sc.DataIn = [][]byte{in}
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := tf.connect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			sc.LUN = s.lun
-			if !keepUA {
-				// Consume pending unit attentions (power on, reset) first, as the
-				// kernel's scan does before a user's command.
-				_ = s.TestUnitReady(ctx, s.lun)
-			}
-			res, err := s.Execute(ctx, sc)
-			if err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if binOut && res.Status == initiator.StatusGood {
-				_, err := w.Write(in[:res.DataInLen])
-				return err
-			}
-			fmt.Fprintf(w, "SCSI Status: %s\n", initiator.StatusName(res.Status))
-			if len(res.Sense) > 0 {
-				if e := initiator.DecodeSense(res.Status, res.Sense); e != nil {
-					fmt.Fprintf(w, "Sense: %s (key %#x), ASC/ASCQ %02xh/%02xh %s\n", initiator.SenseKeyName(e.Key), e.Key, e.ASC, e.ASCQ, initiator.ASCName(e.ASC, e.ASCQ))
+			return tf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
+				sc.LUN = s.lun
+				if !keepUA {
+					// Consume pending unit attentions (power on, reset) first, as the
+					// kernel's scan does before a user's command.
+					_ = s.TestUnitReady(ctx, s.lun)
 				}
-				fmt.Fprintf(w, "Sense data (%d bytes):\n%s", len(res.Sense), hex.Dump(res.Sense))
-			}
-			if inLen > 0 {
-				fmt.Fprintf(w, "Received %d bytes of data:\n%s", res.DataInLen, hex.Dump(in[:res.DataInLen]))
-			}
-			return res.Err()
+				res, err := s.Execute(ctx, sc)
+				if err != nil {
+					return err
+				}
+				w := cmd.OutOrStdout()
+				if binOut && res.Status == initiator.StatusGood {
+					_, err := w.Write(in[:res.DataInLen])
+					return err
+				}
+				fmt.Fprintf(w, "SCSI Status: %s\n", initiator.StatusName(res.Status))
+				if len(res.Sense) > 0 {
+					if e := initiator.DecodeSense(res.Status, res.Sense); e != nil {
+						fmt.Fprintf(w, "Sense: %s (key %#x), ASC/ASCQ %02xh/%02xh %s\n", initiator.SenseKeyName(e.Key), e.Key, e.ASC, e.ASCQ, initiator.ASCName(e.ASC, e.ASCQ))
+					}
+					fmt.Fprintf(w, "Sense data (%d bytes):\n%s", len(res.Sense), hex.Dump(res.Sense))
+				}
+				if inLen > 0 {
+					fmt.Fprintf(w, "Received %d bytes of data:\n%s", res.DataInLen, hex.Dump(in[:res.DataInLen]))
+				}
+				return res.Err()
+			})
 		},
 	}
 	addTargetFlags(c, &tf, true)
@@ -293,24 +269,19 @@ func newTMFCmd() *cobra.Command {
 			if fn == initiator.TMFAbortTask && !cmd.Flags().Changed("tag") {
 				return errors.New("abort: give the task tag of the command to abort with --tag")
 			}
-			ctx, cancel := signalContext()
-			defer cancel()
-			s, err := tf.connect(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			err = s.TaskManagement(ctx, fn, s.lun, tag)
-			var te *initiator.TMFError
-			if errors.As(err, &te) {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s (%#02x)\n", initiator.TMFName(fn), tf.lun, initiator.TMFResponseName(te.Response), te.Response)
-				return err
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s\n", initiator.TMFName(fn), tf.lun, initiator.TMFResponseName(0))
-			return nil
+			return tf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
+				err := s.TaskManagement(ctx, fn, s.lun, tag)
+				var te *initiator.TMFError
+				if errors.As(err, &te) {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s (%#02x)\n", initiator.TMFName(fn), tf.lun, initiator.TMFResponseName(te.Response), te.Response)
+					return err
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s\n", initiator.TMFName(fn), tf.lun, initiator.TMFResponseName(0))
+				return nil
+			})
 		},
 	}
 	addTargetFlags(c, &tf, true)

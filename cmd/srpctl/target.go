@@ -152,7 +152,26 @@ func (tf *targetFlags) connectOptions(ctx context.Context, o initiator.Options) 
 	return &conn{Session: s, dev: dev, lun: initiator.LUN(tf.lun)}, nil
 }
 
-// signalContext is cancelled by SIGINT or SIGTERM.
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+// withSession logs in to target with tf's settings, runs fn and logs out.
+// fn's context is ctx, also cancelled by SIGINT or SIGTERM (so Ctrl-C ends a
+// command in flight with an abort rather than killing the process mid-I/O).
+func (tf *targetFlags) withSession(ctx context.Context, target string, fn func(context.Context, *conn) error) error {
+	o, err := tf.options(target)
+	if err != nil {
+		return err
+	}
+	return tf.withSessionOptions(ctx, o, fn)
+}
+
+// withSessionOptions is withSession with options already parsed (and tuned
+// by the command).
+func (tf *targetFlags) withSessionOptions(ctx context.Context, o initiator.Options, fn func(context.Context, *conn) error) error {
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	s, err := tf.connectOptions(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	return fn(ctx, s)
 }

@@ -3,7 +3,8 @@
 # file-backed LUN with srptd over pure-Go iWARP on 127.0.0.1 (port chosen by
 # the kernel), then drives it with srpctl: login, luns, inquiry, readcap, a
 # random file written and read back, a raw CDB, task management, a 2 s
-# benchmark, FUSE attach + losetup + mkfs.ext4 + mount + fsck (root only),
+# benchmark, bench --verify (and a block corrupted in the backing file
+# caught by --verify-only), FUSE attach + losetup + mkfs.ext4 + mount + fsck (root only),
 # fstree.sh (the Go source tree on ext4 over a file-backed LUN, checked
 # file by file after an srptd restart; root only), and finally kills srptd under I/O and checks srpctl fails with a clear
 # error. Every step is bounded with timeout(1).
@@ -116,6 +117,15 @@ step "bench 2 s"
 out=$(timeout 60 "$SRPCTL" bench "$TARGET" "${R[@]}" --runtime 2s --rw randrw --bs 4k --qd 16 --channels 2 --size 64m --json) || fail "bench: $out"
 grep -q '"errors": 0' <<<"$out" || fail "bench errors: $out"
 grep -Eq '"ios": [1-9]' <<<"$out" || fail "bench did no I/O: $out"
+
+step "bench --verify; a block corrupted in the backing file is caught"
+V=(--lun 0 --bs 64k --size 8m --qd 8 --rw randwrite --verify-seed 99 --loops 2)
+timeout 120 "$SRPCTL" bench "$TARGET" "${R[@]}" "${V[@]}" --verify >/dev/null || fail "bench --verify"
+timeout 120 "$SRPCTL" bench "$TARGET" "${R[@]}" "${V[@]}" --verify-only >/dev/null || fail "bench --verify-only of an intact region"
+# 4 bytes into the payload of LBA 4096 (512-byte blocks), behind srptd's back.
+printf 'XXXX' | dd of="$W/lun0.img" bs=1 seek=$((4096 * 512 + 100)) conv=notrunc,fsync status=none
+out=$(timeout 120 "$SRPCTL" bench "$TARGET" "${R[@]}" "${V[@]}" --verify-only 2>&1) && fail "--verify-only missed a corrupted block: $out"
+grep -q "lba 4096: corrupt" <<<"$out" && grep -q "1 of 16384 blocks mismatched" <<<"$out" || fail "--verify-only: $out"
 
 if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] && command -v mkfs.ext4 >/dev/null && command -v losetup >/dev/null; then
   step "attach via FUSE + losetup + mkfs.ext4 + mount"
