@@ -9,7 +9,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
@@ -83,14 +82,14 @@ type channel struct {
 	immOffset  int // immediate data offset in an SRP_CMD, 0 if not negotiated
 	loginFlags srp.LoginReqFlags
 
-	// Receive ring: nRecv slots of recvStride bytes in one region; the IU
-	// of slot i starts at i*recvStride + recvAlign, so immediate data at
-	// immOffset lands 512-byte aligned.
-	recvMR     rdma.MemoryRegion
-	recvBase   int // offset of slot 0 in recvMR (512-byte aligned address)
-	recvStride int
-	recvAlign  int
-	nRecv      int
+	// Receive buffers: the channel's own ring of nRecv slots, laid out so
+	// immediate data at immOffset lands 512-byte aligned; or, with a shared
+	// receive queue (srq non-nil), the port's ring, whose slots the channel
+	// holds (held) from their receive completion until it posts them back.
+	ring  *recvRing
+	nRecv int
+	srq   rdma.SRQ
+	held  map[int]struct{}
 
 	// Send ring: nSend buffers of MaxRspSize bytes.
 	sendMR   rdma.MemoryRegion
@@ -114,8 +113,7 @@ type channel struct {
 	pollDone   bool
 	credReqOut bool
 	credTag    uint64
-	pendClose  bool  // a T_LOGOUT (or LOGIN_REJ) SEND must go out before the disconnect
-	recvLens   []int // received bytes per receive slot
+	pendClose  bool // a T_LOGOUT (or LOGIN_REJ) SEND must go out before the disconnect
 	warnedLim  bool
 	badIUs     int // unexpected IUs received (unexpectedIU)
 	stats      chanStats
@@ -234,18 +232,17 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 		c.maxTI = int(pl.req.ReqITIULen)
 		c.loginFlags = pl.req.ReqFlags
 	}
-	if imm > 0 {
-		c.recvAlign = (imm+511)&^511 - imm
-	}
-	c.recvStride = (c.recvAlign + cfg.MaxReqSize + 511) &^ 511
-	buf := make([]byte, c.nRecv*c.recvStride+512)
-	c.recvBase = int((512 - uintptr(unsafe.Pointer(&buf[0]))&511) & 511)
 	var err error
-	if c.recvMR, err = p.register(buf, rdma.AccessLocalWrite); err != nil {
+	p.mu.Lock()
+	c.srq, c.ring = p.srq, p.srqRing
+	p.mu.Unlock()
+	if c.srq != nil {
+		c.held = map[int]struct{}{}
+	} else if c.ring, err = p.newRecvRing(c.nRecv, cfg.MaxReqSize, imm); err != nil {
 		return nil, fmt.Errorf("receive ring: %w", err)
 	}
 	if c.sendMR, err = p.register(make([]byte, c.nSend*cfg.MaxRspSize), rdma.AccessLocalWrite); err != nil {
-		_ = c.recvMR.Deregister()
+		c.freeRecvRing()
 		return nil, fmt.Errorf("send ring: %w", err)
 	}
 	for i := cfg.RQSize - 1; i >= 0; i-- {
@@ -256,7 +253,7 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 	p.mu.Lock()
 	if !p.enabled || p.closed {
 		p.mu.Unlock()
-		_ = c.recvMR.Deregister()
+		c.freeRecvRing()
 		_ = c.sendMR.Deregister()
 		c.stop()
 		return nil, errors.New("port disabled")
@@ -282,9 +279,17 @@ func (p *Port) register(buf []byte, acc rdma.Access) (rdma.MemoryRegion, error) 
 	return p.dev.Register(buf, acc)
 }
 
+// freeRecvRing deregisters the channel's own receive ring (not the port's
+// shared one).
+func (c *channel) freeRecvRing() {
+	if c.srq == nil && c.ring != nil {
+		_ = c.ring.mr.Deregister()
+	}
+}
+
 // freeRings releases the rings of a channel that never ran.
 func (c *channel) freeRings() {
-	_ = c.recvMR.Deregister()
+	c.freeRecvRing()
 	_ = c.sendMR.Deregister()
 	c.stop()
 	c.port.mu.Lock()
@@ -300,7 +305,7 @@ func (c *channel) freeRings() {
 // READs since write data is fetched by READ (the provider negotiates it
 // down to the initiator's IRD).
 func (c *channel) qpConfig() rdma.QPConfig {
-	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: 1, IRD: 4, ORD: 8}
+	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: 1, IRD: 4, ORD: 8, SRQ: c.srq}
 }
 
 // loginResponse encodes the SRP_LOGIN_RSP (ib_srpt values: max_it_iu_len =
@@ -345,44 +350,49 @@ func (c *channel) info() SessionInfo {
 	return in
 }
 
-func (c *channel) recvSlot(i int) []byte {
-	off := c.recvBase + i*c.recvStride + c.recvAlign
-	return c.recvMR.Bytes()[off : off+c.cfg.MaxReqSize]
-}
+func (c *channel) recvSlot(i int) []byte { return c.ring.slot(i) }
 
 func (c *channel) sendSlot(i int) []byte {
 	off := i * c.cfg.MaxRspSize
 	return c.sendMR.Bytes()[off : off+c.cfg.MaxRspSize : off+c.cfg.MaxRspSize]
 }
 
-func (c *channel) recvWRs(slots ...int) []rdma.RecvWR {
-	wrs := make([]rdma.RecvWR, len(slots))
-	for i, s := range slots {
-		wrs[i] = rdma.RecvWR{ID: uint64(s), Local: rdma.SGE{MR: c.recvMR, Offset: c.recvBase + s*c.recvStride + c.recvAlign, Length: c.cfg.MaxReqSize}}
-	}
-	return wrs
-}
-
 // accept accepts req with reply private data pd. When the provider can, the
 // whole receive ring is posted before the reply goes out, so the
 // initiator's first IUs find buffers on transports without RNR retry.
 func (c *channel) accept(ctx context.Context, req rdma.ConnRequest, pd []byte) (rdma.Conn, error) {
-	if ra, ok := req.(rdma.RecvFirstAcceptor); ok {
-		slots := make([]int, c.nRecv)
-		for i := range slots {
-			slots[i] = i
-		}
+	if ra, ok := req.(rdma.RecvFirstAcceptor); ok && c.srq == nil {
 		c.prePosted = true
-		return ra.AcceptRecv(ctx, c.qpConfig(), pd, c.recvWRs(slots...))
+		return ra.AcceptRecv(ctx, c.qpConfig(), pd, c.ring.wrs(allSlots(c.nRecv)...))
 	}
 	return req.Accept(ctx, c.qpConfig(), pd)
 }
 
+// postRecv posts receive slots again: to the channel's queue pair, or to
+// the port's shared receive queue (even while the channel closes: the
+// buffers belong to every channel), each held slot once.
 func (c *channel) postRecv(slots ...int) {
+	if c.srq != nil {
+		k := 0
+		for _, s := range slots {
+			if _, ok := c.held[s]; ok {
+				delete(c.held, s)
+				slots[k] = s
+				k++
+			}
+		}
+		if k == 0 {
+			return
+		}
+		if err := c.srq.PostRecv(c.ring.wrs(slots[:k]...)...); err != nil && !errors.Is(err, rdma.ErrClosed) {
+			c.log.Error("posting receive buffers to the shared receive queue failed; they are lost", "n", k, "err", err)
+		}
+		return
+	}
 	if c.state >= stateDisconnecting {
 		return
 	}
-	if err := c.conn.PostRecv(c.recvWRs(slots...)...); err != nil {
+	if err := c.conn.PostRecv(c.ring.wrs(slots...)...); err != nil {
 		c.log.Warn("post receive failed", "err", err)
 		c.closeNow("post receive failed")
 	}
@@ -401,12 +411,8 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 	if c.ordAvail <= 0 {
 		c.ordAvail = 1
 	}
-	if !c.prePosted {
-		slots := make([]int, c.nRecv)
-		for i := range slots {
-			slots[i] = i
-		}
-		c.postRecv(slots...)
+	if !c.prePosted && c.srq == nil {
+		c.postRecv(allSlots(c.nRecv)...)
 	}
 	go c.poll()
 	c.log.Info("channel connected", "remote", addrString(conn.RemoteAddr()), "imm", c.immOffset > 0, "established", established)
@@ -551,7 +557,16 @@ func (c *channel) release() {
 		}
 	}
 	c.inUse, c.pool = nil, nil
-	_ = c.recvMR.Deregister()
+	// Shared receive buffers still held (parked IUs, commands that never
+	// finished) go back to the port's queue.
+	if len(c.held) > 0 {
+		slots := make([]int, 0, len(c.held))
+		for s := range c.held {
+			slots = append(slots, s)
+		}
+		c.postRecv(slots...)
+	}
+	c.freeRecvRing()
 	_ = c.sendMR.Deregister()
 	p := c.port
 	p.mu.Lock()
@@ -559,7 +574,11 @@ func (c *channel) release() {
 	if c.nx != nil {
 		p.dropNexusLocked(c.nx)
 	}
+	last := p.closed && len(p.channels) == 0
 	p.mu.Unlock()
+	if last {
+		p.releaseSRQ()
+	}
 	close(c.done)
 	c.log.Info("channel released")
 }
@@ -644,16 +663,24 @@ func (c *channel) onCompletion(wc *rdma.Completion) {
 // onRecv handles one receive completion.
 func (c *channel) onRecv(wc *rdma.Completion) {
 	slot := int(wc.ID)
+	if slot < 0 || slot >= c.ring.n {
+		c.log.Error("receive completion for unknown slot", "slot", slot)
+		return
+	}
+	if c.srq != nil {
+		// The slot left the shared queue for this channel, whatever the
+		// status: it is the channel's to post back.
+		c.held[slot] = struct{}{}
+		if wc.Status != rdma.StatusSuccess || c.state >= stateDisconnecting {
+			c.postRecv(slot)
+		}
+	}
 	if wc.Status != rdma.StatusSuccess {
 		if wc.Status != rdma.StatusFlushed {
 			c.stats.errors.Add(1)
 			c.log.Warn("receive failed", "status", wc.Status, "err", wc.Err)
 			c.closeNow("receive failed")
 		}
-		return
-	}
-	if slot < 0 || slot >= c.nRecv {
-		c.log.Error("receive completion for unknown slot", "slot", slot)
 		return
 	}
 	if c.state >= stateDisconnecting {
@@ -668,16 +695,11 @@ func (c *channel) onRecv(wc *rdma.Completion) {
 	c.runWait()
 }
 
-// recvLens holds the received length per slot.
-func (c *channel) setRecvLen(slot, n int) {
-	if c.recvLens == nil {
-		c.recvLens = make([]int, c.nRecv)
-	}
-	c.recvLens[slot] = n
-}
+// setRecvLen records the received length of a slot.
+func (c *channel) setRecvLen(slot, n int) { c.ring.lens[slot] = n }
 
 func (c *channel) iu(slot int) []byte {
-	n := c.recvLens[slot]
+	n := c.ring.lens[slot]
 	b := c.recvSlot(slot)
 	if n > len(b) {
 		n = len(b)

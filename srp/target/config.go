@@ -21,6 +21,7 @@ const (
 	DefaultMaxChannels = 16
 	// DefaultMaxTotalChannels bounds the channels of one port.
 	DefaultMaxTotalChannels = 1024
+	DefaultSRQSize          = 4095 // receive buffers; ib_srpt srpt_srq_size
 )
 
 // Config configures one SRP target port. Zero fields take the defaults
@@ -70,6 +71,15 @@ type Config struct {
 	// about 2.3 GiB of registered memory; lower it, or use UseSRQ, on
 	// small hosts. 0 means DefaultMaxTotalChannels.
 	MaxTotalChannels int
+	// UseSRQ makes every channel of the port take its receive buffers from
+	// one shared receive queue of SRQSize buffers (ib_srpt use_srq),
+	// instead of a ring of 2*RQSize+4 buffers each: memory stays
+	// SRQSize*MaxReqSize bytes however many channels log in. The device
+	// must implement rdma.SRQDevice, else NewPort fails with ErrNoSRQ.
+	UseSRQ bool
+	// SRQSize is the shared receive queue's depth in receive buffers
+	// (IUs), 4..65535; 0 means DefaultSRQSize. Used only with UseSRQ.
+	SRQSize int
 	// NoMultichannel refuses MULTI logins (LOGIN_REJ 0x10005).
 	NoMultichannel bool
 	// NoImmediateData refuses SRP-2 immediate data (IMMED_SUPP is not set in
@@ -113,6 +123,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxTotalChannels == 0 {
 		c.MaxTotalChannels = DefaultMaxTotalChannels
 	}
+	if c.SRQSize == 0 {
+		c.SRQSize = DefaultSRQSize
+	}
 	if c.RelativePort == 0 {
 		c.RelativePort = 1
 	}
@@ -143,6 +156,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_data_len: %d bytes out of range 4096..%d", c.MaxDataLen, 1<<30)
 	case c.MaxChannels < 1:
 		return fmt.Errorf("max_channels: %d must be at least 1", c.MaxChannels)
+	case c.SRQSize < 4 || c.SRQSize > 65535:
+		return fmt.Errorf("srq_size: %d receive buffers out of range 4..65535", c.SRQSize)
 	case c.MaxTotalChannels < 1:
 		return fmt.Errorf("max_total_channels: %d must be at least 1", c.MaxTotalChannels)
 	}

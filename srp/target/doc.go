@@ -56,6 +56,14 @@
 //     or whose LUN map or read-only set changed, get SRP_T_LOGOUT; the
 //     others run on. ib_srpt leaves existing sessions alone when an ACL
 //     is removed until they log out.
+//   - With Config.UseSRQ (ib_srpt use_srq) the port posts SRQSize buffers
+//     to one shared receive queue at creation; a channel holds a buffer
+//     from its receive completion until the IU is done (for an SRP_CMD,
+//     until its SRP_RSP send completes) and posts it back; a closing
+//     channel posts back every buffer it still holds, flushed ones
+//     included, and Port.Close destroys the queue after the last channel.
+//     Unlike ib_srpt, immediate data is still offered with a shared
+//     queue; its buffers are laid out for ib_srp's offset 68.
 //   - The multichannel rejection (0x10005) and unsupported-buffer-format
 //     rejection (0x10004) are checked; ib_srpt checks neither.
 //   - IU-form logins (empty private data) set up the receive ring before the

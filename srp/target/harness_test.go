@@ -24,8 +24,9 @@ var testInitiator = srp.NewPortID(0x1122334455667788, 0x0002c90300001234)
 // that a released channel deregistered all of them.
 type trackDev struct {
 	rdma.Device
-	mu  sync.Mutex
-	mrs []rdma.MemoryRegion
+	mu   sync.Mutex
+	mrs  []rdma.MemoryRegion
+	srqs []rdma.SRQ
 }
 
 func (d *trackDev) Register(buf []byte, acc rdma.Access) (rdma.MemoryRegion, error) {
@@ -36,6 +37,22 @@ func (d *trackDev) Register(buf []byte, acc rdma.Access) (rdma.MemoryRegion, err
 		d.mu.Unlock()
 	}
 	return mr, err
+}
+
+// CreateSRQ forwards to the device's shared receive queues and records
+// them, so tests can check the port destroyed them.
+func (d *trackDev) CreateSRQ(depth int) (rdma.SRQ, error) {
+	sd, ok := d.Device.(rdma.SRQDevice)
+	if !ok {
+		return nil, errors.New("trackDev: device has no shared receive queues")
+	}
+	q, err := sd.CreateSRQ(depth)
+	if err == nil {
+		d.mu.Lock()
+		d.srqs = append(d.srqs, q)
+		d.mu.Unlock()
+	}
+	return q, err
 }
 
 // leaked counts regions still registered (a second Deregister returns

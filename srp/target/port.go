@@ -45,6 +45,11 @@ type Port struct {
 	channels map[*channel]struct{}
 	nextCh   uint64
 	wg       sync.WaitGroup // running channels
+
+	// The shared receive queue and its buffers, with Config.UseSRQ; set
+	// once by NewPort, cleared by Close.
+	srq     rdma.SRQ
+	srqRing *recvRing
 }
 
 // nexus is one I_T nexus: the channels of one initiator port ID to this
@@ -79,6 +84,9 @@ func NewPort(cfg Config, dev rdma.Device, core Core) (*Port, error) {
 	}
 	binary.BigEndian.PutUint64(p.id[0:8], cfg.ServiceGUID)
 	binary.BigEndian.PutUint64(p.id[8:16], cfg.ServiceGUID)
+	if err := p.setupSRQ(); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -226,10 +234,13 @@ func (p *Port) Close(ctx context.Context) error {
 	go func() { p.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// Channels handled outside Serve may still run; then the shared
+	// receive queue goes with the last of them (channel.release).
+	p.releaseSRQ()
+	return nil
 }
 
 // SessionInfo describes one channel for the admin API. The counters run

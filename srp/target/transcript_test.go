@@ -38,7 +38,16 @@ func TestTranscripts(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runTranscript(t, string(b))
+			runTranscript(t, string(b), false)
+		})
+		// The same transcript with receive buffers from the port's shared
+		// receive queue.
+		t.Run(filepath.Base(f)+"/srq", func(t *testing.T) {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runTranscript(t, string(b), true)
 		})
 	}
 }
@@ -61,12 +70,13 @@ func num(t *testing.T, s string) uint64 {
 	return n
 }
 
-func runTranscript(t *testing.T, text string) {
+func runTranscript(t *testing.T, text string, srq bool) {
 	lines := strings.Split(text, "\n")
-	var cfg func(*Config)
+	cfg := func(c *Config) { c.UseSRQ, c.SRQSize = srq, 64 }
 	if len(lines) > 0 && strings.HasPrefix(lines[0], "config ") {
 		m := kv(strings.Fields(lines[0])[1:])
 		cfg = func(c *Config) {
+			c.UseSRQ, c.SRQSize = srq, 64
 			if v, ok := m["rq_size"]; ok {
 				c.RQSize = int(num(t, v))
 			}
