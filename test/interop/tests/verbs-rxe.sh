@@ -161,4 +161,30 @@ wait $SRPTD_PID; rc=$?
 check "srptd-verbs exit status 0 ($rc)" test $rc = 0
 grep -q '^panic:\|^fatal error:\|DATA RACE' "$RUN/srptd.log" && fail "srptd-verbs panicked"
 tail -5 "$RUN/srptd.log"
+
+# srptd logs the names ib_srpt gives the same HCA port: LIO configfs takes a
+# target directory only under a name of an ib_srpt port (srpt_lookup_port),
+# so creating one under each proves them (GUID form "%04x:%04x:%04x:%04x" of
+# GID 0's interface ID, and "0x" + the 32 hex digits of GID 0).
+log "=== srptd's port names are ib_srpt's for rxe0"
+dev_line=$(grep -m1 'msg="verbs device"' "$RUN/srptd.log")
+log "srptd: $dev_line"
+sp=$(sed -n 's/.* srpt_port=\([^ ]*\).*/\1/p' <<<"$dev_line")
+sg=$(sed -n 's/.* srpt_port_gid=\([^ ]*\).*/\1/p' <<<"$dev_line")
+ng=$(sed -n 's/.* node_guid=\([^ ]*\).*/\1/p' <<<"$dev_line")
+check "srptd's node_guid $ng is rxe0's ($guid)" test "$ng" = "$guid"
+check "srptd's srpt_port $sp is GID 0's interface ID ($(gid0 rxe0))" test "$sp" = "$(gid0 rxe0 | cut -d: -f5-8)"
+modprobe target_core_mod && modprobe ib_srpt && mkdir -p "$CFG/srpt" || fail "modprobe ib_srpt"
+for n in "$sp" "$sg"; do
+	if [ -n "$n" ] && mkdir "$CFG/srpt/$n" 2>/dev/null; then
+		log "ok: ib_srpt took the target name $n"
+		rmdir "$CFG/srpt/$n"
+	else
+		fail "ib_srpt refused the target name '$n' srptd logged for rxe0"
+	fi
+done
+if mkdir "$CFG/srpt/0000:0000:0000:0001" 2>/dev/null; then
+	rmdir "$CFG/srpt/0000:0000:0000:0001"
+	fail "ib_srpt took a port name it does not have: the check above proves nothing"
+fi
 finish
