@@ -27,6 +27,7 @@ its login_info line, for example:
 	root.AddCommand(
 		newDecodeCmd(),
 		newLoginCmd(), newLUNsCmd(), newInquiryCmd(), newReadcapCmd(), newSCSICmd(), newReadCmd(), newWriteCmd(), newTMFCmd(), newBenchCmd(), newAttachCmd(),
+		newTargetAdminCmd(),
 	)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "srpctl:", err)

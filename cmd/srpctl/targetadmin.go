@@ -1,0 +1,452 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gosrp/gosrp/srp/target"
+	"github.com/spf13/cobra"
+)
+
+// The admin socket srpctl target talks to when --socket is not given:
+// $SRPTD_SOCKET, else the first that exists of ./srptd-data/srptd.sock
+// (srptd's default data directory) and /run/srptd.sock.
+const (
+	defaultDataDirSocket = "srptd-data/srptd.sock"
+	systemSocket         = "/run/srptd.sock"
+)
+
+func defaultAdminSocket() string {
+	if s := os.Getenv("SRPTD_SOCKET"); s != "" {
+		return s
+	}
+	for _, p := range []string{defaultDataDirSocket, systemSocket} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return p
+		}
+	}
+	return defaultDataDirSocket
+}
+
+// adminClient speaks srptd's admin API (HTTP over a unix socket).
+type adminClient struct {
+	socket  string
+	timeout time.Duration
+	jsonOut bool
+}
+
+// apiError is an error answer of the admin API.
+type apiError struct {
+	Status int
+	Msg    string
+}
+
+func (e *apiError) Error() string { return e.Msg }
+
+// call sends method path with body (JSON-encoded when not nil); a 2xx
+// answer is decoded into out (when not nil) and also returned raw.
+func (a *adminClient) call(ctx context.Context, method, path string, body, out any) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", a.socket)
+	}}}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://srptd"+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("srptd admin socket %s: %w (is srptd running? --socket or SRPTD_SOCKET name another)", a.socket, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		return nil, &apiError{Status: resp.StatusCode, Msg: e.Error}
+	}
+	if out != nil && len(b) > 0 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return nil, fmt.Errorf("srptd answered %s %s with %q: %w", method, path, b, err)
+		}
+	}
+	return b, nil
+}
+
+// show prints raw JSON with --json, else calls table.
+func (a *adminClient) show(w io.Writer, raw []byte, table func(*tabwriter.Writer)) error {
+	if a.jsonOut {
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return err
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// newTargetAdminCmd is `srpctl target`: administration of a running srptd
+// through its admin socket.
+func newTargetAdminCmd() *cobra.Command {
+	a := &adminClient{}
+	c := &cobra.Command{
+		Use:   "target",
+		Short: "administer a running srptd through its admin socket",
+		Long: `Administer a running srptd through its admin socket (HTTP over a unix
+socket, root or srptd's own user only).
+
+The socket is --socket, else $SRPTD_SOCKET, else ./srptd-data/srptd.sock
+(srptd's default data directory, relative to the working directory) if it
+exists, else /run/srptd.sock. srptd serves DATA_DIR/srptd.sock unless its
+configuration names admin.socket.`,
+		Args: cobra.NoArgs,
+	}
+	c.PersistentFlags().StringVar(&a.socket, "socket", "", "srptd admin socket `path` (default: $SRPTD_SOCKET, ./"+defaultDataDirSocket+" or "+systemSocket+")")
+	c.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second, "request timeout")
+	c.PersistentFlags().BoolVar(&a.jsonOut, "json", false, "print the API's JSON instead of a table")
+	c.PersistentPreRun = func(*cobra.Command, []string) {
+		if a.socket == "" {
+			a.socket = defaultAdminSocket()
+		}
+	}
+	c.AddCommand(
+		newTargetLoginInfoCmd(a), newTargetSessionsCmd(a), newTargetLogoutCmd(a),
+		newTargetLUNsCmd(a), newTargetLUNCmd(a), newTargetACLCmd(a), newTargetSaveCmd(a),
+	)
+	return c
+}
+
+func newTargetLoginInfoCmd(a *adminClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "login-info",
+		Short: "print the login_info lines (add_target strings) srptd printed at start",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var lines []string
+			raw, err := a.call(cmd.Context(), "GET", "/login-info", nil, &lines)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.show(cmd.OutOrStdout(), raw, nil)
+			}
+			for _, l := range lines {
+				fmt.Fprintln(cmd.OutOrStdout(), "login_info:", l)
+			}
+			return nil
+		},
+	}
+}
+
+// sessionRow is one channel as GET /sessions reports it.
+type sessionRow struct {
+	Port string `json:"port"`
+	target.SessionInfo
+}
+
+func newTargetSessionsCmd(a *adminClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "sessions",
+		Short: "list the channels logged in, with their credits and counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rows []sessionRow
+			raw, err := a.call(cmd.Context(), "GET", "/sessions", nil, &rows)
+			if err != nil {
+				return err
+			}
+			return a.show(cmd.OutOrStdout(), raw, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "PORT\tCHANNEL\tINITIATOR PORT ID\tREMOTE\tSTATE\tREQ_LIM\tQUEUED\tCOMMANDS\tREAD\tWRITTEN\tCHECK COND\tERRORS")
+				for _, s := range rows {
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%d\t%d\n", s.Port, s.Channel, s.InitiatorPort, s.Remote, s.State,
+						s.ReqLim, s.Outstanding, s.Commands, humanBytes(s.ReadBytes), humanBytes(s.WriteBytes), s.CheckConditions, s.Errors)
+				}
+			})
+		},
+	}
+}
+
+func newTargetLogoutCmd(a *adminClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "logout NAME",
+		Short: "log out (SRP_T_LOGOUT) every channel of an initiator port ID (32 hex digits), or one channel by number",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := a.call(cmd.Context(), "DELETE", "/sessions/"+url.PathEscape(args[0]), nil, nil)
+			return err
+		},
+	}
+}
+
+// lunRow is one logical unit as GET /luns reports it.
+type lunRow struct {
+	LUN       uint64 `json:"lun"`
+	Name      string `json:"name"`
+	Backstore string `json:"backstore"`
+	Path      string `json:"path"`
+	Size      int64  `json:"size"`
+	BlockSize uint32 `json:"block_size"`
+	ReadOnly  bool   `json:"read_only"`
+	Serial    string `json:"serial"`
+	Counters  struct {
+		Commands     uint64  `json:"commands"`
+		ReadBytes    uint64  `json:"read_bytes"`
+		WriteBytes   uint64  `json:"write_bytes"`
+		Errors       uint64  `json:"errors"`
+		Aborted      uint64  `json:"aborted"`
+		InFlight     int64   `json:"in_flight"`
+		AvgLatencyUs float64 `json:"avg_latency_us"`
+	} `json:"counters"`
+}
+
+func newTargetLUNsCmd(a *adminClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "luns",
+		Short: "list the logical units, their backstores and counters",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rows []lunRow
+			raw, err := a.call(cmd.Context(), "GET", "/luns", nil, &rows)
+			if err != nil {
+				return err
+			}
+			return a.show(cmd.OutOrStdout(), raw, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "LUN\tNAME\tBACKSTORE\tSIZE\tBLOCK\tMODE\tSERIAL\tCOMMANDS\tREAD\tWRITTEN\tERRORS\tAVG LATENCY\tPATH")
+				for _, l := range rows {
+					mode := "rw"
+					if l.ReadOnly {
+						mode = "ro"
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%d\t%.0fµs\t%s\n", l.LUN, l.Name, l.Backstore, humanBytes(uint64(l.Size)), l.BlockSize, mode,
+						l.Serial, l.Counters.Commands, humanBytes(l.Counters.ReadBytes), humanBytes(l.Counters.WriteBytes), l.Counters.Errors, l.Counters.AvgLatencyUs, l.Path)
+				}
+			})
+		},
+	}
+}
+
+func newTargetLUNCmd(a *adminClient) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "lun",
+		Short: "add or remove a logical unit at run time",
+		Args:  cobra.NoArgs,
+	}
+	var (
+		lun                   int
+		backstore, path, size string
+		name, serial, wwn     string
+		blockSize             int
+		readOnly, writeCache  bool
+	)
+	add := &cobra.Command{
+		Use:   "add",
+		Short: "attach a logical unit (initiators get REPORTED LUNS DATA HAS CHANGED)",
+		Long: `Attach a logical unit to the running srptd. Initiators logged in get a
+REPORTED LUNS DATA HAS CHANGED unit attention. A file backstore is created
+(sparse) when --size is given; without --path it is lun<N>.img in srptd's
+data directory. A relative --path is made absolute here. ` + "`srpctl target save`" + ` keeps
+the change across restarts.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if lun < 0 || lun > 16383 {
+				return fmt.Errorf("--lun %d: a LUN number is 0..16383", lun)
+			}
+			p := path
+			if p != "" && !filepath.IsAbs(p) {
+				abs, err := filepath.Abs(p)
+				if err != nil {
+					return err
+				}
+				p = abs
+			}
+			if backstore == "" {
+				backstore = "file"
+			}
+			body := map[string]any{"lun": lun, "backstore": backstore}
+			for k, v := range map[string]string{"path": p, "size": size, "name": name, "serial": serial, "wwn": wwn} {
+				if v != "" {
+					body[k] = v
+				}
+			}
+			if blockSize != 0 {
+				body["block_size"] = blockSize
+			}
+			if readOnly {
+				body["read_only"] = true
+			}
+			if writeCache {
+				body["write_cache"] = true
+			}
+			_, err := a.call(cmd.Context(), "POST", "/luns", body, nil)
+			return err
+		},
+	}
+	f := add.Flags()
+	f.IntVarP(&lun, "lun", "l", -1, "LUN number, 0..16383 (required)")
+	f.StringVar(&backstore, "backstore", "", "ram, file or block (default file)")
+	f.StringVar(&path, "path", "", "file or block device (file default: lun<N>.img in the data directory)")
+	f.StringVar(&size, "size", "", "bytes, or with a unit: 64MiB, 1GiB (ram: required; file: creates or resizes)")
+	f.IntVar(&blockSize, "block-size", 0, "logical block size: 512, 1024, 2048 or 4096 (default 512, block devices: theirs)")
+	f.BoolVar(&readOnly, "read-only", false, "writes fail with DATA PROTECT")
+	f.BoolVar(&writeCache, "write-cache", false, "initial WCE bit")
+	f.StringVar(&name, "name", "", "name in logs and metrics")
+	f.StringVar(&serial, "serial", "", "unit serial number (default: generated and kept in the data directory)")
+	f.StringVar(&wwn, "wwn", "", "NAA 6 designator, 32 hex digits (default: derived from the serial)")
+	_ = add.MarkFlagRequired("lun")
+	remove := &cobra.Command{
+		Use:   "remove LUN",
+		Short: "detach a logical unit and close its backstore (the data stays)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.ParseUint(args[0], 10, 64)
+			if err != nil || n > 16383 {
+				return fmt.Errorf("%q is not a LUN number 0..16383", args[0])
+			}
+			_, err = a.call(cmd.Context(), "DELETE", "/luns/"+args[0], nil, nil)
+			return err
+		},
+	}
+	c.AddCommand(add, remove)
+	return c
+}
+
+func newTargetACLCmd(a *adminClient) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "acl",
+		Short: "list, add or remove the initiators admitted",
+		Args:  cobra.NoArgs,
+	}
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list the ACLs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rows []struct {
+				Initiator string            `json:"initiator"`
+				LUNs      map[string]uint64 `json:"luns"`
+			}
+			raw, err := a.call(cmd.Context(), "GET", "/acls", nil, &rows)
+			if err != nil {
+				return err
+			}
+			return a.show(cmd.OutOrStdout(), raw, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "INITIATOR\tLUNS (initiator=target)")
+				for _, r := range rows {
+					m := "all"
+					if len(r.LUNs) > 0 {
+						var keys []int
+						for k := range r.LUNs {
+							n, _ := strconv.Atoi(k)
+							keys = append(keys, n)
+						}
+						slices.Sort(keys)
+						var parts []string
+						for _, k := range keys {
+							parts = append(parts, fmt.Sprintf("%d=%d", k, r.LUNs[strconv.Itoa(k)]))
+						}
+						m = strings.Join(parts, ",")
+					}
+					fmt.Fprintf(w, "%s\t%s\n", r.Initiator, m)
+				}
+			})
+		},
+	}
+	var maps string
+	add := &cobra.Command{
+		Use:   "add INITIATOR",
+		Short: "admit an initiator: a port GUID xxxx:xxxx:xxxx:xxxx, an initiator port ID in hex, or an IP address",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := target.ParseInitiator(args[0]); err != nil {
+				return err
+			}
+			body := map[string]any{"initiator": args[0]}
+			if maps != "" {
+				m := map[string]uint64{}
+				for _, kv := range strings.Split(maps, ",") {
+					k, v, ok := strings.Cut(kv, "=")
+					in, err1 := strconv.ParseUint(strings.TrimSpace(k), 10, 64)
+					tg, err2 := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+					if !ok || err1 != nil || err2 != nil || in > 16383 || tg > 16383 {
+						return fmt.Errorf("--map %q: want INITIATOR_LUN=TARGET_LUN pairs, e.g. 0=3,1=4", kv)
+					}
+					m[strconv.FormatUint(in, 10)] = tg
+				}
+				body["luns"] = m
+			}
+			_, err := a.call(cmd.Context(), "POST", "/acls", body, nil)
+			return err
+		},
+	}
+	add.Flags().StringVar(&maps, "map", "", "LUN mapping INITIATOR_LUN=TARGET_LUN,... (default: every LUN under its own number)")
+	remove := &cobra.Command{
+		Use:   "remove INITIATOR",
+		Short: "remove an initiator's ACL (channels logged in stay; see logout)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := a.call(cmd.Context(), "DELETE", "/acls/"+url.PathEscape(args[0]), nil, nil)
+			return err
+		},
+	}
+	c.AddCommand(list, add, remove)
+	return c
+}
+
+func newTargetSaveCmd(a *adminClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "save",
+		Short: "write the running configuration to srptd's configuration file (atomically)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var r struct {
+				Path string `json:"path"`
+			}
+			if _, err := a.call(cmd.Context(), "POST", "/save", nil, &r); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "saved", r.Path)
+			return nil
+		},
+	}
+}

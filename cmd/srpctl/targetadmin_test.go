@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/rdma/iwarp"
+	"github.com/gosrp/gosrp/srp/initiator"
+)
+
+func adminTestCtx(t *testing.T) context.Context {
+	d := 120 * time.Second
+	if dl, ok := t.Deadline(); ok {
+		d = time.Until(dl) - 5*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startSrptd builds and runs the srptd binary on the embedded default with
+// a fresh data directory and a free loopback port. It returns the
+// login_info lines and the data directory; srptd gets SIGTERM at the end
+// of the test and must exit 0.
+func startSrptd(t *testing.T, ctx context.Context) ([]string, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "srptd")
+	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if out, err := exec.CommandContext(ctx, goCmd, "build", "-o", bin, "../srptd").CombinedOutput(); err != nil {
+		t.Fatalf("go build srptd: %v\n%s", err, out)
+	}
+	data := filepath.Join(tmp, "data")
+	cmd := exec.Command(bin, "--data-dir", data, "--listen", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("srptd after SIGTERM: %v\n%s", err, logs.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("srptd did not exit after SIGTERM")
+		}
+	})
+	var info []string
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("srptd exited without login_info")
+			}
+			if s, ok := strings.CutPrefix(l, "login_info: "); ok {
+				info = append(info, s)
+			}
+		case <-ctx.Done():
+			t.Fatal("no login_info")
+		}
+		if len(info) > 0 {
+			break
+		}
+	}
+	// The admin socket exists before login_info is printed... almost: it
+	// is created right after. Wait for it.
+	sock := filepath.Join(data, "srptd.sock")
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("no admin socket")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return info, data
+}
+
+// srpctl runs `srpctl target ARGS...` in-process.
+func srpctl(ctx context.Context, sock string, args ...string) (string, error) {
+	c := newTargetAdminCmd()
+	var out bytes.Buffer
+	c.SetOut(&out)
+	c.SetErr(&out)
+	c.SetArgs(append([]string{"--socket", sock}, args...))
+	err := c.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+// TestTargetAdmin drives a running srptd binary with srpctl target.
+func TestTargetAdmin(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, data := startSrptd(t, ctx)
+	sock := filepath.Join(data, "srptd.sock")
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := srpctl(ctx, sock, args...)
+		if err != nil {
+			t.Fatalf("srpctl target %v: %v\n%s", args, err, out)
+		}
+		return out
+	}
+
+	if out := run("login-info"); out != "login_info: "+info[0]+"\n" {
+		t.Fatalf("login-info %q, srptd printed %q", out, info)
+	}
+	opts, err := initiator.ParseTarget(info[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.ReconnectDelay = -1
+	opts.ChCount = 1
+	dev := iwarp.NewDevice(iwarp.Config{})
+	defer dev.Close()
+	s, err := initiator.Dial(ctx, dev, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.TestUnitReady(ctx, initiator.LUN(0)); err != nil {
+		t.Fatal(err)
+	}
+
+	out := run("luns")
+	if !regexp.MustCompile(`(?m)^0\s+disk0\s+file\s+1\.0 GiB\s+512\s+rw\s+[0-9a-f]{16}\s+\d+ .*` + regexp.QuoteMeta(filepath.Join(data, "lun0.img")) + `$`).MatchString(out) {
+		t.Fatalf("luns:\n%s", out)
+	}
+	out = run("sessions")
+	if !regexp.MustCompile(`(?m)^iwarp0\s+\d+\s+[0-9a-f]{32}\s+127\.0\.0\.1:\d+\s+LIVE\s+\d+\s+0\s+\d+`).MatchString(out) {
+		t.Fatalf("sessions:\n%s", out)
+	}
+
+	run("lun", "add", "--lun", "3", "--size", "2MiB", "--block-size", "4096", "--name", "three")
+	if _, err := os.Stat(filepath.Join(data, "lun3.img")); err != nil {
+		t.Fatalf("lun3.img: %v", err)
+	}
+	if luns, err := s.ReportLUNs(ctx); err != nil || len(luns) != 2 || luns[1] != initiator.LUN(3) {
+		t.Fatalf("REPORT LUNS %x %v", luns, err)
+	}
+	if out, err := srpctl(ctx, sock, "lun", "add", "--lun", "3", "--backstore", "ram", "--size", "1MiB"); err == nil || !strings.Contains(err.Error(), "LUN 3 exists") {
+		t.Fatalf("second LUN 3: %v %s", err, out)
+	}
+	if out, err := srpctl(ctx, sock, "lun", "add", "--lun", "4", "--backstore", "ram"); err == nil || !strings.Contains(err.Error(), "lun.size: a ram backstore needs a size") {
+		t.Fatalf("ram without size: %v %s", err, out)
+	}
+
+	run("acl", "add", "0002:c903:0000:1234", "--map", "0=3")
+	run("acl", "add", "192.0.2.9")
+	out = run("acl", "list")
+	if !strings.Contains(out, "0002:c903:0000:1234  0=3\n") || !strings.Contains(out, "192.0.2.9            all\n") {
+		t.Fatalf("acl list:\n%s", out)
+	}
+	if _, err := srpctl(ctx, sock, "lun", "remove", "3"); err == nil || !strings.Contains(err.Error(), "remove or change the ACL first") {
+		t.Fatalf("remove a mapped LUN: %v", err)
+	}
+	run("acl", "remove", "0002:c903:0000:1234")
+	run("lun", "remove", "3")
+	if out := run("save"); out != "saved "+filepath.Join(data, "srptd.toml")+"\n" {
+		t.Fatalf("save: %q", out)
+	}
+	saved, err := os.ReadFile(filepath.Join(data, "srptd.toml"))
+	if err != nil || !strings.Contains(string(saved), `initiator = "192.0.2.9"`) || strings.Contains(string(saved), "lun3") {
+		t.Fatalf("saved config %v:\n%s", err, saved)
+	}
+
+	out = run("sessions", "--json")
+	if !strings.Contains(out, `"InitiatorPort"`) {
+		t.Fatalf("sessions --json:\n%s", out)
+	}
+	run("logout", regexp.MustCompile(`"InitiatorPort": "([0-9a-f]{32})"`).FindStringSubmatch(out)[1])
+	if _, err := srpctl(ctx, sock, "logout", "12345"); err == nil || !strings.Contains(err.Error(), "no session") {
+		t.Fatalf("logout unknown: %v", err)
+	}
+}
+
+// TestTargetAdminNoDaemon: a missing socket is a clear error.
+func TestTargetAdminNoDaemon(t *testing.T) {
+	_, err := srpctl(adminTestCtx(t), filepath.Join(t.TempDir(), "none.sock"), "luns")
+	if err == nil || !strings.Contains(err.Error(), "is srptd running?") || !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("err %v", err)
+	}
+}
