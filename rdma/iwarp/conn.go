@@ -84,6 +84,9 @@ type conn struct {
 	released uint64   // send work with seq below this has released its slot
 	reads    []uint64 // seqs of RDMA Reads holding a slot (ORD accounting)
 	rqHeld   int      // receive slots held: posted and completion not yet polled
+	// srq, when set, supplies the receive buffers (QPConfig.SRQ); rq is
+	// then unused.
+	srq *srq
 	// orq is the ring of RDMA Read Requests on the wire, in order: user
 	// Reads and completion fences; at most caps.ORD.
 	orq     []orqEntry
@@ -166,6 +169,9 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 	if o.Negotiated {
 		c.maxFences = min(caps.ORD, 2)
 	}
+	if s, ok := q.SRQ.(*srq); ok {
+		c.srq = s
+	}
 	c.rx.init()
 	c.tx.init(c)
 	return c
@@ -197,6 +203,9 @@ func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.wg.Wait()
 		c.dev.removeConn(c)
+		if c.srq != nil {
+			c.srq.detach()
+		}
 	})
 	return nil
 }
@@ -357,9 +366,11 @@ func (c *conn) advanceSQLocked() {
 
 // checkSGE validates a local SGE: a live region of this device, in bounds,
 // with LocalWrite when the provider writes into it.
-func (c *conn) checkSGE(s rdma.SGE, write bool) error {
+func (c *conn) checkSGE(s rdma.SGE, write bool) error { return c.dev.checkSGE(s, write) }
+
+func (d *Device) checkSGE(s rdma.SGE, write bool) error {
 	m, ok := s.MR.(*memoryRegion)
-	if !ok || m.dev != c.dev {
+	if !ok || m.dev != d {
 		return fmt.Errorf("iwarp: SGE region not registered on this device: %w", rdma.ErrInvalidWR)
 	}
 	if !m.usable() {
@@ -438,8 +449,13 @@ func (c *conn) PostSend(wrs ...rdma.SendWR) error {
 	return nil
 }
 
-// PostRecv posts receive buffers, each for one incoming Send message.
+// PostRecv posts receive buffers, each for one incoming Send message. A
+// connection on a shared receive queue has no receive queue of its own:
+// rdma.ErrInvalidWR.
 func (c *conn) PostRecv(wrs ...rdma.RecvWR) error {
+	if c.srq != nil && len(wrs) > 0 {
+		return fmt.Errorf("iwarp: PostRecv on a queue pair using an SRQ: %w", rdma.ErrInvalidWR)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, wr := range wrs {
@@ -464,7 +480,11 @@ func (c *conn) PostRecv(wrs ...rdma.RecvWR) error {
 // work before it holds its slot until then, as on verbs hardware).
 func (c *conn) releaseLocked(e cqEntry) {
 	if !e.send {
-		c.rqHeld--
+		if c.srq != nil {
+			c.srq.release()
+		} else {
+			c.rqHeld--
+		}
 		return
 	}
 	if e.seq < c.released {

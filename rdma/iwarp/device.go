@@ -363,9 +363,16 @@ func (d *Device) Dial(ctx context.Context, addr string, qcfg rdma.QPConfig, priv
 		return nil, nil, rdma.ErrClosed
 	}
 	qcfg = d.qpDefaults(qcfg)
+	s, err := d.srqOf(qcfg)
+	if err != nil {
+		return nil, nil, err
+	}
 	var nd net.Dialer
 	nc, err := nd.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if s != nil {
+			s.detach()
+		}
 		return nil, nil, fmt.Errorf("iwarp: dial %s: %w", addr, err)
 	}
 	if tc, ok := nc.(*net.TCPConn); ok {
@@ -374,6 +381,9 @@ func (d *Device) Dial(ctx context.Context, addr string, qcfg rdma.QPConfig, priv
 	c, reply, err := d.clientHandshake(ctx, nc, qcfg, privateData)
 	if err != nil {
 		nc.Close()
+		if s != nil {
+			s.detach()
+		}
 		return nil, nil, err
 	}
 	return c, reply, nil

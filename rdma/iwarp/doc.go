@@ -84,6 +84,15 @@
 // their STag (ib_srpt's first FPDU is a zero-length Write to STag 0). A
 // peer's Terminate is Err() as a *rdma.TerminateError with Local false.
 //
+// # Shared receive queues
+//
+// Device.CreateSRQ makes a shared receive queue (rdma.SRQDevice). A
+// connection made with QPConfig.SRQ takes the buffer for each arriving Send
+// from it, oldest first, and completes it through its own Poll; a Send that
+// finds it empty gets the Terminate of an empty receive queue (DDP
+// 1/2/0x02), which takes down that connection only. A buffer stays held
+// (counted against the depth) until its completion is polled.
+//
 // # Memory
 //
 // An STag is a 24-bit index and an 8-bit key (never 0), LKey = RKey. Addr()

@@ -266,6 +266,21 @@ func (r *connRequest) AcceptRecv(ctx context.Context, qcfg rdma.QPConfig, privat
 	}
 	d := r.l.dev
 	qcfg = d.qpDefaults(qcfg)
+	if qcfg.SRQ != nil && len(recvs) > 0 {
+		return nil, fmt.Errorf("iwarp: receives posted on a queue pair using an SRQ: %w", rdma.ErrInvalidWR)
+	}
+	// A connection on an SRQ counts as its user from here; checked before
+	// deciding, so a refused SRQ leaves the request to answer again.
+	s, err := d.srqOf(qcfg)
+	if err != nil {
+		return nil, err
+	}
+	made := false
+	defer func() {
+		if s != nil && !made {
+			s.detach()
+		}
+	}()
 	if len(recvs) > 0 {
 		// Check the receives on a scratch queue before deciding.
 		probe := newConn(d, r.nc, qcfg, mpaOutcome{Caps: baseCaps(qcfg), IRDLimit: qcfg.IRD})
@@ -308,6 +323,7 @@ func (r *connRequest) AcceptRecv(ctx context.Context, qcfg rdma.QPConfig, privat
 		nc.Close()
 		return nil, err
 	}
+	made = true
 	c.start()
 	d.log.Debug("iwarp: accepted", "local", nc.LocalAddr(), "remote", nc.RemoteAddr(),
 		"rev", rep.Revision, "crc", c.crc, "ird", o.Caps.IRD, "ord", o.Caps.ORD, "rtr", rtr)

@@ -348,14 +348,22 @@ func (c *conn) rxSend(h *ddpHeader, hl, n, pad int) error {
 			return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUInvalidMO, hl, "MO %d on the first segment", h.MO), rest)
 		}
 		c.mu.Lock()
-		if c.rqLen == 0 || c.err != nil {
+		ok := c.err == nil
+		if ok && c.srq != nil {
+			// The shared receive queue's oldest buffer.
+			rx.cur, ok = c.srq.take()
+		} else if ok && c.rqLen > 0 {
+			rx.cur = c.rq[c.rqHead]
+			c.rq[c.rqHead] = rdma.RecvWR{}
+			c.rqHead = (c.rqHead + 1) % len(c.rq)
+			c.rqLen--
+		} else {
+			ok = false
+		}
+		if !ok {
 			c.mu.Unlock()
 			return c.reject(c.violation(LayerDDP, DDPUntaggedBuffer, DDPUNoBuffer, hl, "no receive buffer posted for MSN %d", h.MSN), rest)
 		}
-		rx.cur = c.rq[c.rqHead]
-		c.rq[c.rqHead] = rdma.RecvWR{}
-		c.rqHead = (c.rqHead + 1) % len(c.rq)
-		c.rqLen--
 		c.rxBusy, c.rxBusyID = true, rx.cur.ID
 		c.mu.Unlock()
 		rx.active, rx.curMSN, rx.got = true, h.MSN, 0
