@@ -1,7 +1,7 @@
 // Command srpctl is gosrp's command-line tool: it decodes SRP information
 // units, logs in to SRP targets (srptd, Linux LIO ib_srpt, SCST) as an
-// initiator, moves data, attaches LUNs as files and benchmarks. (A running
-// srptd is administered through its HTTP admin socket, not through srpctl.)
+// initiator, moves data, attaches LUNs as files and benchmarks; `srpctl
+// target` administers a running srptd through its admin socket.
 package main
 
 import (

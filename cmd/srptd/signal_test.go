@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gosrp/gosrp/rdma/iwarp"
+	"github.com/gosrp/gosrp/srp/initiator"
+)
+
+// TestMain lets the test binary run as srptd itself (SRPTD_TEST_MAIN=1),
+// so a test can deliver real signals to a real process.
+func TestMain(m *testing.M) {
+	if os.Getenv("SRPTD_TEST_MAIN") == "1" {
+		os.Args = append([]string{"srptd"}, strings.Fields(os.Getenv("SRPTD_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestSIGTERM: srptd with an initiator logged in and data written gets
+// SIGTERM: it logs the channel out, drains, flushes and closes the
+// backstore, and exits 0; the data is in the file.
+func TestSIGTERM(t *testing.T) {
+	ctx := testCtx(t)
+	data := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "SRPTD_TEST_MAIN=1", "SRPTD_TEST_ARGS=--data-dir "+data+" --listen 127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuf
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stdout)
+	var line string
+	for sc.Scan() {
+		if s, ok := strings.CutPrefix(sc.Text(), "login_info: "); ok {
+			line = s
+			break
+		}
+	}
+	if line == "" {
+		t.Fatalf("no login_info:\n%s", logs.String())
+	}
+	go func() { // keep draining stdout
+		for sc.Scan() {
+		}
+	}()
+	opts, err := initiator.ParseTarget(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.ReconnectDelay = -1
+	opts.FastIOFailTmo = 100 * time.Millisecond
+	dev := iwarp.NewDevice(iwarp.Config{})
+	defer dev.Close()
+	s, err := initiator.Dial(ctx, dev, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := bytes.Repeat([]byte("gosrp-sigterm-01"), 4096/16)
+	if err := s.Write16(ctx, initiator.LUN(0), 7, w, 512, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit: %v\n%s", err, logs.String())
+		}
+	case <-ctx.Done():
+		t.Fatalf("srptd did not exit after SIGTERM\n%s", logs.String())
+	}
+	for _, want := range []string{"shutting down", "logging out channel", "channel released"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("no %q in the log:\n%s", want, logs.String())
+		}
+	}
+	f, err := os.Open(filepath.Join(data, "lun0.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, len(w))
+	if _, err := f.ReadAt(got, 7*512); err != nil || !bytes.Equal(got, w) {
+		t.Fatalf("data after SIGTERM: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "srptd.sock")); err == nil {
+		t.Error("admin socket left behind")
+	}
+}
