@@ -11,7 +11,8 @@ import (
 
 // TestStressRaces runs I/O from several nexuses while the capacity
 // changes, the LUN is removed and re-added, and ABORT TASK, ABORT TASK
-// SET, CLEAR TASK SET and LOGICAL UNIT RESET race the commands they target.
+// SET, CLEAR TASK SET, LOGICAL UNIT RESET, I_T NEXUS RESET and the QUERY
+// functions race the commands they target.
 // Every Execute and TaskManagement must return (bounded by the test
 // context) with a valid status; run with -race.
 func TestStressRaces(t *testing.T) {
@@ -137,10 +138,20 @@ func stressRaces(t *testing.T, bs backstore.Backstore) {
 				tag = tags[len(tags)-1]
 			}
 			tagMu.Unlock()
-			fn := []TMF{TMFAbortTask, TMFAbortTask, TMFAbortTask, TMFAbortTaskSet, TMFClearTaskSet, TMFLUNReset}[rng.IntN(6)]
-			switch resp := s.TaskManagement(ctx, fn, EncodeLUN(0), tag); resp {
-			case TMFComplete, TMFFailed, TMFIncorrectLUN:
+			fns := []TMF{TMFAbortTask, TMFAbortTask, TMFAbortTask, TMFAbortTaskSet, TMFClearTaskSet, TMFLUNReset,
+				TMFITNexusReset, TMFQueryTask, TMFQueryTaskSet, TMFQueryAsyncEvent}
+			fn := fns[rng.IntN(len(fns))]
+			resp := s.TaskManagement(ctx, fn, EncodeLUN(0), tag)
+			valid := false
+			switch fn {
+			case TMFITNexusReset:
+				valid = resp == TMFComplete
+			case TMFQueryTask, TMFQueryTaskSet, TMFQueryAsyncEvent:
+				valid = resp == TMFComplete || resp == TMFSucceeded || resp == TMFIncorrectLUN
 			default:
+				valid = resp == TMFComplete || resp == TMFFailed || resp == TMFIncorrectLUN
+			}
+			if !valid {
 				t.Errorf("TMF %v: response %v", fn, resp)
 			}
 		}
