@@ -19,6 +19,10 @@ if [ -z "${SRPTD:-}" ] || [ -z "${SRPCTL:-}" ]; then
 fi
 echo "machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(go version | cut -d' ' -f3), kernel $(uname -r)"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+# Everything srptd keeps (identity, admin socket) goes to a temporary data
+# directory when this srptd has -data-dir, never to the current directory.
+SRPTD_DATA=()
+if "$SRPTD" -h 2>&1 | grep -q -- '-data-dir'; then mkdir -p "$W/srptd-data"; SRPTD_DATA=(-data-dir "$W/srptd-data"); fi
 cat >"$W/srptd.toml" <<TOML
 [target]
 demo_mode = true
@@ -33,7 +37,7 @@ name = "ram0"
 backstore = "ram"
 size = "1GiB"
 TOML
-"$SRPTD" -config "$W/srptd.toml" >"$W/srptd.log" 2>&1 &
+"$SRPTD" -config "$W/srptd.toml" "${SRPTD_DATA[@]}" >"$W/srptd.log" 2>&1 &
 SRPTD_PID=$!
 for _ in $(seq 100); do
   TARGET=$(sed -n 's/^login_info: //p' "$W/srptd.log" | head -1)

@@ -81,6 +81,10 @@ echo "   $NFILES files, $((KB / 1024)) MiB"
 # Room for the tree twice over (ext4 metadata, small files' blocks).
 SIZE_MIB=$(((KB * 2 / 1024 + 255) / 256 * 256))
 
+# Everything srptd keeps (identity, admin socket) goes to a temporary data
+# directory when this srptd has -data-dir, never to the current directory.
+SRPTD_DATA=()
+if "$SRPTD" -h 2>&1 | grep -q -- '-data-dir'; then mkdir -p "$W/srptd-data"; SRPTD_DATA=(-data-dir "$W/srptd-data"); fi
 cat >"$W/srptd.toml" <<TOML
 [target]
 demo_mode = true
@@ -108,7 +112,7 @@ TOML
 
 start_srptd() {
   : >"$W/srptd.log"
-  "$SRPTD" -config "$W/srptd.toml" >>"$W/srptd.log" 2>&1 &
+  "$SRPTD" -config "$W/srptd.toml" "${SRPTD_DATA[@]}" >>"$W/srptd.log" 2>&1 &
   SRPTD_PID=$!
   TARGET=""
   for _ in $(seq 300); do

@@ -33,6 +33,10 @@ timeout 300 go build -o "$W/srptd" ./cmd/srptd
 timeout 300 go build -o "$W/srpctl" ./cmd/srpctl
 SRPCTL="$W/srpctl"
 
+# Everything srptd keeps (identity, admin socket) goes to a temporary data
+# directory when this srptd has -data-dir, never to the current directory.
+SRPTD_DATA=()
+if "$W/srptd" -h 2>&1 | grep -q -- '-data-dir'; then mkdir -p "$W/srptd-data"; SRPTD_DATA=(-data-dir "$W/srptd-data"); fi
 cat >"$W/srptd.toml" <<TOML
 [target]
 demo_mode = true
@@ -57,7 +61,7 @@ block_size = 4096
 TOML
 
 start_srptd() {
-  "$W/srptd" -config "$W/srptd.toml" >"$W/srptd.log" 2>&1 &
+  "$W/srptd" -config "$W/srptd.toml" "${SRPTD_DATA[@]}" >"$W/srptd.log" 2>&1 &
   SRPTD_PID=$!
   for _ in $(seq 100); do
     TARGET=$(sed -n 's/^login_info: //p' "$W/srptd.log" | head -1)
