@@ -1,6 +1,7 @@
 package iwarp
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -8,11 +9,10 @@ import (
 	"github.com/gosrp/gosrp/rdma/rdmatest"
 )
 
-// TestConformance runs the provider suite with MPA revision 2 (revision 1
-// has no IRD/ORD exchange, so the suite's ORD <= peer IRD check cannot hold;
-// revision 1 is covered by the tests of this package). Config.CompleteOnTransmit
-// is not run: it trades the suite's "completion means placed, errors land on
-// the failing request" for siw's completion at transmit time.
+// TestConformance runs the provider suite with MPA revision 2 and 1.
+// Config.CompleteOnTransmit is not run: it trades the suite's "completion
+// means placed, errors land on the failing request" for siw's completion at
+// transmit time.
 func TestConformance(t *testing.T) {
 	for _, v := range []struct {
 		name string
@@ -22,14 +22,71 @@ func TestConformance(t *testing.T) {
 		{"v2-crc", Config{CRC: true, MaxFPDUPayload: 4096}},
 		{"v2-p2p", Config{PeerToPeer: true}},
 		{"v2-p2p-read", Config{PeerToPeer: true, RTR: RTRRead}},
+		{"v1", Config{MPARevision: 1}},
+		{"v1-crc", Config{MPARevision: 1, CRC: true, MaxFPDUPayload: 1024}},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			rdmatest.Run(t, func(tb testing.TB) (a, b rdma.Device, addr string) {
 				skipKnownSuiteBugs(tb)
+				if v.cfg.MPARevision == 1 {
+					return rev1Agreed{NewDevice(v.cfg)}, rev1Agreed{NewDevice(v.cfg)}, "127.0.0.1:0"
+				}
 				return NewDevice(v.cfg), NewDevice(v.cfg), "127.0.0.1:0"
 			})
 		})
 	}
+}
+
+// rev1Agreed is a device whose consumers settle the RDMA Read limits out of
+// band, as they must over MPA revision 1, which carries no IRD/ORD (RFC 6581
+// §1, §5): every queue pair keeps its ORD at 2 or less and its IRD at 2 or
+// more (the suite asks for an IRD of 2 at least where it sets one). The
+// suite's Connect/PrivateData checks ORD against the peer's IRD, which the
+// provider can only learn from the revision 2 exchange.
+type rev1Agreed struct{ *Device }
+
+const rev1AgreedRD = 2
+
+func rev1Agree(q rdma.QPConfig) rdma.QPConfig {
+	if q.ORD == 0 || q.ORD > rev1AgreedRD {
+		q.ORD = rev1AgreedRD
+	}
+	if q.IRD != 0 && q.IRD < rev1AgreedRD {
+		q.IRD = rev1AgreedRD
+	}
+	return q
+}
+
+func (d rev1Agreed) Dial(ctx context.Context, addr string, q rdma.QPConfig, pd []byte) (rdma.Conn, []byte, error) {
+	return d.Device.Dial(ctx, addr, rev1Agree(q), pd)
+}
+
+func (d rev1Agreed) Listen(ctx context.Context, addr string) (rdma.Listener, error) {
+	l, err := d.Device.Listen(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	return rev1Listener{l}, nil
+}
+
+type rev1Listener struct{ rdma.Listener }
+
+func (l rev1Listener) Accept(ctx context.Context) (rdma.ConnRequest, error) {
+	r, err := l.Listener.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return rev1Request{r.(*connRequest)}, nil
+}
+
+type rev1Request struct{ *connRequest }
+
+func (r rev1Request) Accept(ctx context.Context, q rdma.QPConfig, pd []byte) (rdma.Conn, error) {
+	return r.connRequest.Accept(ctx, rev1Agree(q), pd)
+}
+
+func (r rev1Request) AcceptRecv(ctx context.Context, q rdma.QPConfig, pd []byte, recvs []rdma.RecvWR) (rdma.Conn, error) {
+	return r.connRequest.AcceptRecv(ctx, rev1Agree(q), pd, recvs)
 }
 
 // skipKnownSuiteBugs skips the suite's SRQ/Empty subtest: after the SEND
