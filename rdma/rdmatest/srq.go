@@ -328,18 +328,25 @@ func (o emptyOutcome) String() string {
 }
 
 // sendToEmpty SENDs from d to a while a has no receive for it, gives the
-// provider a moment to refuse it, then makes post post a receive (ID 77,
-// 16 bytes of rb) and reports what happened.
-func sendToEmpty(e *env, d, a rdma.Conn, rb rdma.MemoryRegion, post func(rdma.RecvWR) error) emptyOutcome {
+// provider window to refuse it (with mustFail, until the connection goes
+// down), then makes post post a receive (ID 77, 16 bytes of rb) and reports
+// what happened.
+func sendToEmpty(e *env, d, a rdma.Conn, rb rdma.MemoryRegion, post func(rdma.RecvWR) error, window time.Duration, mustFail bool) emptyOutcome {
 	e.t.Helper()
 	sb := e.reg(e.b, 16, 0, 4)
 	if err := d.PostSend(send(66, sb, 0, 16)); err != nil {
 		e.t.Fatal(err)
 	}
+	var timeout <-chan time.Time
+	if !mustFail {
+		timeout = time.After(window)
+	}
 	select {
 	case <-d.Done():
 	case <-a.Done():
-	case <-time.After(500 * time.Millisecond):
+	case <-timeout:
+	case <-e.ctx.Done():
+		e.t.Fatal("the connection of a SEND without receive stayed up until the deadline")
 	}
 	err := post(recv(77, rb, 0, 16))
 	if err == nil {
@@ -375,19 +382,31 @@ func sendToEmpty(e *env, d, a rdma.Conn, rb rdma.MemoryRegion, post func(rdma.Re
 // testSRQEmpty: a SEND arriving while the SRQ is empty is treated as one
 // arriving at an empty ordinary receive queue of the same provider; when the
 // connection survives, the next buffer posted to the SRQ takes it, and when
-// it goes down, the other connections of the SRQ stay up.
+// it goes down, the other connections of the SRQ stay up, and so does the
+// buffer posted after the failure.
 func testSRQEmpty(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	s := e.srq(4)
 	d0, a0 := e.connect(rdma.QPConfig{}, rdma.QPConfig{})
-	plain := sendToEmpty(e, d0, a0, e.reg(e.a, 16, lw, 0), func(r rdma.RecvWR) error { return a0.PostRecv(r) })
+	// A provider that refuses such a SEND does so within a second, unless
+	// badly starved; one that waits must still be waiting then.
+	plain := sendToEmpty(e, d0, a0, e.reg(e.a, 16, lw, 0), func(r rdma.RecvWR) error { return a0.PostRecv(r) },
+		time.Second, false)
 	d1, a1 := e.connectSRQ(s)
 	d2, a2 := e.connectSRQ(s)
-	shared := sendToEmpty(e, d1, a1, e.reg(e.a, 16, lw, 0), func(r rdma.RecvWR) error { return s.PostRecv(r) })
+	shared := sendToEmpty(e, d1, a1, e.reg(e.a, 16, lw, 0), func(r rdma.RecvWR) error { return s.PostRecv(r) },
+		200*time.Millisecond, plain == outcomeFails)
 	if shared != plain {
 		t.Fatalf("SEND to an empty SRQ: %v; to an empty receive queue: %v", shared, plain)
 	}
-	// The other connection of the SRQ is unaffected.
+	// The other connection of the SRQ is unaffected. After a failure,
+	// buffer 77 was posted to the SRQ with no connection left to take it:
+	// it is still there, and the oldest.
+	next, left := uint64(88), 0
+	if shared == outcomeFails {
+		next, left = 77, 1
+	}
+	wantPosted(t, s, left, "after the SEND without receive")
 	rb := e.reg(e.a, 16, lw, 0)
 	if err := s.PostRecv(recv(88, rb, 0, 16)); err != nil {
 		t.Fatal(err)
@@ -397,5 +416,5 @@ func testSRQEmpty(t *testing.T, f Factory) {
 		t.Fatal(err)
 	}
 	want(t, e.pollN(d2, 1)[0], 3, rdma.OpSend, rdma.StatusSuccess)
-	want(t, e.pollN(a2, 1)[0], 88, rdma.OpRecv, rdma.StatusSuccess)
+	want(t, e.pollN(a2, 1)[0], next, rdma.OpRecv, rdma.StatusSuccess)
 }
