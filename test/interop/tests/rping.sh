@@ -18,6 +18,9 @@ siw_crc() { # REQUIRED STRICT (Y/N)
 }
 
 port=7200
+# rping writes its ping data to stdout and its connection events (e.g.
+# "client DISCONNECT EVENT...") to stderr: they go to separate files, else a
+# stderr line lands inside a buffered 64 KiB stdout line.
 # listening PORT: a TCP listener on SIW_IP:PORT exists (siw's kernel socket
 # or gorping's).
 listening() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
@@ -50,8 +53,7 @@ kernel_server() {
 	siw_crc "$siwreq" N
 	# siw as the passive side uses the CRC iff the request asks for it.
 	[ "$crc" = 1 ] && want=true
-	: >"$RUN/rping-s.log"
-	timeout 120 rping -s -v -V -a $SIW_IP -p $port -S "$size" >"$RUN/rping-s.log" 2>&1 &
+	timeout 120 rping -s -v -V -a $SIW_IP -p $port -S "$size" >"$RUN/rping-s.log" 2>"$RUN/rping-s.err" &
 	spid=$!
 	wait_for 100 listening $port || { fail "$name: rping -s not listening on $port"; kill $spid; wait $spid; return; }
 	timeout 120 gorping -c -v -V -d -a $SIW_IP -p $port -C "$count" -S "$size" $([ "$crc" = 1 ] && echo --crc) \
@@ -64,7 +66,7 @@ kernel_server() {
 	check "$name: rping -s printed the $count pings it read" expect_lines "$RUN/rping-s.log" "server ping data: " "$count" "$size"
 	check "$name: MPA CRC in use = $want" crc_used "$RUN/gorping-c.log" $want
 	if [ $rc != 0 ] || [ $src != 0 ]; then
-		tail -n 20 "$RUN/gorping-c.log"; tail -n 5 "$RUN/rping-s.log"; dmesg | tail -n 10
+		tail -n 20 "$RUN/gorping-c.log"; tail -n 5 "$RUN/rping-s.err"; dmesg | tail -n 10
 	fi
 }
 
@@ -80,7 +82,7 @@ kernel_client() {
 		--timeout 100s >"$RUN/gorping-s.out" 2>"$RUN/gorping-s.log" &
 	spid=$!
 	wait_for 100 listening $port || { fail "$name: gorping -s not listening on $port"; kill $spid; wait $spid; return; }
-	timeout 120 rping -c -v -V -a $SIW_IP -p $port -C "$count" -S "$size" >"$RUN/rping-c.log" 2>&1
+	timeout 120 rping -c -v -V -a $SIW_IP -p $port -C "$count" -S "$size" >"$RUN/rping-c.log" 2>"$RUN/rping-c.err"
 	rc=$?
 	wait $spid; src=$?
 	check "$name: rping -c exit status ($rc)" test $rc = 0
@@ -89,7 +91,7 @@ kernel_client() {
 	check "$name: gorping -s validated and printed the $count pings it read" expect_lines "$RUN/gorping-s.out" "server ping data: " "$count" "$size"
 	check "$name: MPA CRC in use = $want" crc_used "$RUN/gorping-s.log" $want
 	if [ $rc != 0 ] || [ $src != 0 ]; then
-		tail -n 20 "$RUN/gorping-s.log"; tail -n 5 "$RUN/rping-c.log"; dmesg | tail -n 10
+		tail -n 20 "$RUN/gorping-s.log"; tail -n 5 "$RUN/rping-c.err"; dmesg | tail -n 10
 	fi
 }
 
