@@ -35,8 +35,10 @@ LOOP=""
 T0=$(date +%s.%N)
 cleanup() {
   set +e
-  mountpoint -q "$W/fs" 2>/dev/null && { umount "$W/fs" || umount -l "$W/fs"; }
-  [ -n "$LOOP" ] && losetup -d "$LOOP" 2>/dev/null
+  # Bounded: a hung FUSE server must not hang the cleanup (the lazy unmount
+  # and killing srpctl attach end its requests with errors).
+  mountpoint -q "$W/fs" 2>/dev/null && { timeout 30 umount "$W/fs" || umount -l "$W/fs"; }
+  [ -n "$LOOP" ] && timeout 30 losetup -d "$LOOP" 2>/dev/null
   if [ -n "$ATTACH_PID" ]; then
     kill -TERM "$ATTACH_PID" 2>/dev/null
     timeout 20 tail --pid="$ATTACH_PID" -f /dev/null || kill -KILL "$ATTACH_PID" 2>/dev/null
