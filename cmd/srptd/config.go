@@ -23,12 +23,12 @@ var defaultConfig string
 
 // Config is the srptd configuration file (TOML). See docs/srptd.md.
 type Config struct {
-	Target  TargetSection  `toml:"target"`
-	Ports   []PortSection  `toml:"port"`
-	LUNs    []LUNSection   `toml:"lun"`
-	ACLs    []ACLSection   `toml:"acl"`
-	Admin   AdminSection   `toml:"admin"`
-	Metrics MetricsSection `toml:"metrics"`
+	Target  TargetSection  `toml:"target,omitempty"`
+	Ports   []PortSection  `toml:"port,omitempty"`
+	LUNs    []LUNSection   `toml:"lun,omitempty"`
+	ACLs    []ACLSection   `toml:"acl,omitempty"`
+	Admin   AdminSection   `toml:"admin,omitempty"`
+	Metrics MetricsSection `toml:"metrics,omitempty"`
 
 	// src locates keys in the file the configuration came from, for errors.
 	src *source
@@ -136,6 +136,21 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("bad size %s", b)
 	}
 	return s.UnmarshalTOML(n)
+}
+
+// MarshalTOML writes the size with the largest binary unit that divides
+// it ("1GiB"), else as an integer (bytes); UnmarshalTOML reads both.
+func (s Size) MarshalTOML() ([]byte, error) {
+	n := int64(s)
+	for _, u := range []struct {
+		suf string
+		mul int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mul && n%u.mul == 0 {
+			return []byte(`"` + strconv.FormatInt(n/u.mul, 10) + u.suf + `"`), nil
+		}
+	}
+	return []byte(strconv.FormatInt(n, 10)), nil
 }
 
 // ParseSize parses "4096", "64K", "64KiB", "1GiB", "1.5MiB" into bytes.

@@ -211,6 +211,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		if abs, err := filepath.Abs(dataDir); err == nil {
 			dataDir = abs
 		}
+		if org.path == "" {
+			org.savePath = filepath.Join(dataDir, "srptd.toml")
+		}
 	}
 	ident, err := loadIdentity(dataDir)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -432,4 +433,78 @@ size = "8MiB"
 		t.Fatalf("login after reload: %v", err)
 	}
 	s.Close()
+}
+
+// TestEncodeRoundTrip: a configuration with every kind of key encodes to
+// TOML that loads back to the same values.
+func TestEncodeRoundTrip(t *testing.T) {
+	text := `
+[target]
+max_req_size = "8276B"
+max_rsp_size = 512
+rq_size = 64
+max_rdma_size = "1MiB"
+max_total_channels = 32
+demo_mode = false
+immediate_data = true
+shutdown_timeout = "1m30s"
+data_dir = "/var/lib/srptd"
+[[port]]
+name = "a"
+listen = ["0.0.0.0:5555", "[::]:5555"]
+service_guid = "0002:c903:00a0:b1c2"
+mpa_crc = true
+[[lun]]
+lun = 0
+backstore = "ram"
+size = "3GiB"
+[[lun]]
+lun = 7
+name = "seven"
+backstore = "file"
+path = "/srv/x.img"
+size = 1536
+block_size = 512
+read_only = true
+serial = "abc"
+wwn = "6001405abcdef0123456789abcdef012"
+[[acl]]
+initiator = "192.0.2.1"
+[[acl]]
+initiator = "0x1234"
+luns = { 0 = 7, 1 = 0 }
+[admin]
+socket = "/run/srptd.sock"
+[metrics]
+listen = "127.0.0.1:9100"
+`
+	c, err := LoadConfig(text, "a.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadConfig(string(b), "b.toml")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	back.src, c.src = nil, nil
+	if !reflect.DeepEqual(back, c) {
+		t.Fatalf("round trip differs:\n%+v\n%+v\n%s", back, c, b)
+	}
+	for _, want := range []string{`size = "3GiB"`, "size = 1536", `shutdown_timeout = "1m30s"`, `max_rdma_size = "1MiB"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("no %s in\n%s", want, b)
+		}
+	}
+	// An empty configuration has no empty tables.
+	b, _ = (&Config{Ports: []PortSection{{Listen: []string{"127.0.0.1:1"}}}}).Encode()
+	if strings.Contains(string(b), "[target]") || strings.Contains(string(b), "acl") {
+		t.Errorf("empty sections written:\n%s", b)
+	}
 }
