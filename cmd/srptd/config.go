@@ -46,6 +46,8 @@ type TargetSection struct {
 	MaxDataLen       Size     `toml:"max_data_len,omitzero" json:"max_data_len,omitempty"`             // bytes per command
 	MaxChannels      int      `toml:"max_channels,omitzero" json:"max_channels,omitempty"`             // per I_T nexus
 	MaxTotalChannels int      `toml:"max_total_channels,omitzero" json:"max_total_channels,omitempty"` // per port, all nexuses
+	UseSRQ           bool     `toml:"use_srq,omitempty" json:"use_srq,omitempty"`                      // one shared receive queue per port
+	SRQSize          int      `toml:"srq_size,omitzero" json:"srq_size,omitempty"`                     // shared receive queue, IUs
 	DemoMode         *bool    `toml:"demo_mode" json:"demo_mode,omitempty"`                            // admit every initiator
 	Multichannel     *bool    `toml:"multichannel" json:"multichannel,omitempty"`                      // accept MULTI logins
 	ImmediateData    *bool    `toml:"immediate_data" json:"immediate_data,omitempty"`                  // accept SRP-2 immediate data
@@ -85,8 +87,9 @@ type LUNSection struct {
 
 // ACLSection admits one initiator.
 type ACLSection struct {
-	Initiator string            `toml:"initiator" json:"initiator"`           // GUID, port ID hex or IP
-	LUNs      map[string]uint64 `toml:"luns,omitempty" json:"luns,omitempty"` // initiator LUN → target LUN
+	Initiator string            `toml:"initiator" json:"initiator"`                     // GUID, port ID hex or IP
+	LUNs      map[string]uint64 `toml:"luns,omitempty" json:"luns,omitempty"`           // initiator LUN → target LUN
+	ReadOnly  []uint64          `toml:"read_only,omitempty" json:"read_only,omitempty"` // initiator LUNs write-protected
 }
 
 // AdminSection configures the admin API.
@@ -437,7 +440,24 @@ func validateACL(f string, a ACLSection, luns map[uint64]bool) (target.Initiator
 			return m, ferr(f+".luns."+k, "target LUN %d is not configured", v)
 		}
 	}
+	seen := map[uint64]bool{}
+	for _, n := range a.ReadOnly {
+		switch {
+		case seen[n]:
+			return m, ferr(f+".read_only", "LUN %d listed twice", n)
+		case len(a.LUNs) > 0 && !hasKey(a.LUNs, n):
+			return m, ferr(f+".read_only", "LUN %d is not a key of luns (read_only names the LUNs the initiator sees)", n)
+		case len(a.LUNs) == 0 && !luns[n]:
+			return m, ferr(f+".read_only", "LUN %d is not configured", n)
+		}
+		seen[n] = true
+	}
 	return m, nil
+}
+
+func hasKey(m map[string]uint64, n uint64) bool {
+	_, ok := m[strconv.FormatUint(n, 10)]
+	return ok
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -463,6 +483,8 @@ func (c *Config) targetConfig(guid uint64) target.Config {
 		MaxDataLen:       int(t.MaxDataLen),
 		MaxChannels:      t.MaxChannels,
 		MaxTotalChannels: t.MaxTotalChannels,
+		UseSRQ:           t.UseSRQ,
+		SRQSize:          t.SRQSize,
 		DemoMode:         t.DemoMode != nil && *t.DemoMode,
 		NoMultichannel:   t.Multichannel != nil && !*t.Multichannel,
 		NoImmediateData:  t.ImmediateData != nil && !*t.ImmediateData,
@@ -486,6 +508,12 @@ func (c *Config) targetACLs() []target.ACL {
 			for _, k := range sortedKeys(a.LUNs) {
 				n, _ := strconv.ParseUint(k, 10, 64)
 				acl.LUNs[n] = a.LUNs[k]
+			}
+		}
+		if len(a.ReadOnly) > 0 {
+			acl.ReadOnly = map[uint64]bool{}
+			for _, n := range a.ReadOnly {
+				acl.ReadOnly[n] = true
 			}
 		}
 		out = append(out, acl)

@@ -197,6 +197,10 @@ func TestConfigErrors(t *testing.T) {
 		{base + "[[acl]]\ninitiator=\"xyz\"\n", "srptd.toml:4: acl[0].initiator: initiator \"xyz\": want a port GUID"},
 		{base + ram + "[[acl]]\ninitiator=\"0x01\"\nluns={0=3}\n", "srptd.toml:9: acl[0].luns.0: target LUN 3 is not configured"},
 		{base + ram + "[[acl]]\ninitiator=\"0x01\"\n[acl.luns]\n0 = 0\n7 = 5\n", "srptd.toml:11: acl[0].luns.7: target LUN 5 is not configured"},
+		{base + ram + "[[acl]]\ninitiator=\"0x01\"\nread_only = [0, 2]\n", "srptd.toml:9: acl[0].read_only: LUN 2 is not configured"},
+		{base + ram + "[[acl]]\ninitiator=\"0x01\"\nluns = {1 = 0}\nread_only = [0]\n", "srptd.toml:10: acl[0].read_only: LUN 0 is not a key of luns"},
+		{base + ram + "[[acl]]\ninitiator=\"0x01\"\n[[acl]]\ninitiator=\"0x0001\"\n", "srptd.toml:10: acl[1].initiator: 0x00000000000000000000000000000001 has an ACL already"},
+		{base + "[target]\nsrq_size = 2\n", "srptd.toml:4: target.srq_size: 2 receive buffers out of range 4..65535"},
 		{base + "[metrics]\nlisten = \"nowhere\"\n", `srptd.toml:4: metrics.listen: "nowhere": want host:port or [ipv6]:port`},
 		{base + "[target\n", "srptd.toml:3: expected '.' or ']' to end table name"},
 		{base + "[[lun]]\nlun = = 3\n", "srptd.toml:4: "},
@@ -445,6 +449,8 @@ max_rsp_size = 512
 rq_size = 64
 max_rdma_size = "1MiB"
 max_total_channels = 32
+use_srq = true
+srq_size = 512
 demo_mode = false
 immediate_data = true
 shutdown_timeout = "1m30s"
@@ -473,6 +479,7 @@ initiator = "192.0.2.1"
 [[acl]]
 initiator = "0x1234"
 luns = { 0 = 7, 1 = 0 }
+read_only = [1]
 [admin]
 socket = "/run/srptd.sock"
 [metrics]
@@ -506,5 +513,42 @@ listen = "127.0.0.1:9100"
 	b, _ = (&Config{Ports: []PortSection{{Listen: []string{"127.0.0.1:1"}}}}).Encode()
 	if strings.Contains(string(b), "[target]") || strings.Contains(string(b), "acl") {
 		t.Errorf("empty sections written:\n%s", b)
+	}
+}
+
+// TestACLReadOnlyAndSRQ: an ACL's read_only LUN refuses writes with DATA
+// PROTECT, WRITE PROTECTED (SBC-3: 07h/27h/00h) while its other LUN takes
+// them; the port runs on a shared receive queue (use_srq).
+func TestACLReadOnlyAndSRQ(t *testing.T) {
+	cfg := writeConfig(t, `
+[target]
+use_srq = true
+srq_size = 64
+[[port]]
+listen = ["127.0.0.1:0"]
+[[lun]]
+lun = 0
+backstore = "ram"
+size = "1MiB"
+[[lun]]
+lun = 1
+backstore = "ram"
+size = "1MiB"
+[[acl]]
+initiator = "127.0.0.1"
+read_only = [1]
+`)
+	dr := launch(t, "-config", cfg)
+	s := dr.login(t)
+	ctx := testCtx(t)
+	w := make([]byte, 512)
+	if err := s.Write16(ctx, initiator.LUN(0), 0, w, 512, false); err != nil {
+		t.Fatalf("write to LUN 0: %v", err)
+	}
+	if err := s.Write16(ctx, initiator.LUN(1), 0, w, 512, false); !initiator.IsSense(err, 7, 0x27, 0) {
+		t.Fatalf("write to read-only LUN 1: %v", err)
+	}
+	if err := s.Read16(ctx, initiator.LUN(1), 0, w, 512, false); err != nil {
+		t.Fatalf("read of read-only LUN 1: %v", err)
 	}
 }
