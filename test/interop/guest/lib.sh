@@ -177,12 +177,12 @@ fio_field() { cut -d';' -f"$2" "/tmp/fio-$1.terse" | cut -d. -f1; }
 SRPTD_PORT=5556
 SRPTD_ADDR=$SIW_IP:$SRPTD_PORT
 
-# srptd_start [SIZE]: starts srptd in the background with one RAM LUN of
-# SIZE (default 512MiB) in demo mode (log in $RUN/srptd.log, config in
-# $RUN/srptd.toml), waits (60 s) for the login_info line it prints, and sets
-# SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.
+# srptd_start [SIZE]: starts srptd (srptd_run) on $SRPTD_ADDR with one RAM
+# LUN of SIZE (default 512MiB) in demo mode.  Everything srptd would take
+# from its embedded default is spelled out in the config: the listen address
+# (the guest's siw address, not a loopback one), demo mode, a RAM LUN (no
+# data directory needed).
 srptd_start() {
-	local i s
 	cat >"$RUN/srptd.toml" <<TOML
 [target]
 demo_mode = true
@@ -199,8 +199,22 @@ backstore = "ram"
 size = "${1:-512MiB}"
 serial = "gosrp-interop-0"
 TOML
+	srptd_run "$RUN/srptd.toml"
+}
+
+# srptd_run CONFIG: starts srptd in the background on that TOML config (log
+# in $RUN/srptd.log), listening on $SRPTD_ADDR whatever the config says
+# (--listen), waits (60 s) for the login_info line it prints, and sets
+# SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.  When srptd has a -data-dir flag,
+# its data directory is on the guest's tmpfs.
+srptd_run() {
+	local i s args=(--config "$1" --listen "$SRPTD_ADDR")
+	if timeout 10 srptd -h 2>&1 | grep -q -- '-data-dir'; then
+		mkdir -p /tmp/srptd-data && args+=(--data-dir /tmp/srptd-data)
+	fi
 	: >"$RUN/srptd.log"
-	srptd -config "$RUN/srptd.toml" >>"$RUN/srptd.log" 2>&1 &
+	log "srptd ${args[*]}"
+	srptd "${args[@]}" >>"$RUN/srptd.log" 2>&1 &
 	SRPTD_PID=$!
 	for ((i = 0; i < 600; i++)); do
 		s=$(grep -o 'login_info: id_ext=[0-9a-fA-Fx]*,ioc_guid=[0-9a-fA-Fx]*' "$RUN/srptd.log" | head -1)
@@ -255,3 +269,86 @@ lio_login() {
 	sleep 2   # a failed add_target leaves no remote port behind
 	srp_login "$@"
 }
+
+# ------------------------------------------------------- srpctl vs LIO
+# srpctl_lio_checks SRPCTL TARGET MB GUID SPEC...: the checks of srpctl (or
+# srpctl-verbs) against LIO ib_srpt with lio_start's MB MiB rd_mcp LUN,
+# shared by srpctl-lio and verbs-srpctl-lio.  TARGET is srpctl's target
+# string, GUID ib_srpt's service GUID (lio_guid).  Every srpctl call is one
+# login and one logout (60 s bound each):
+#   login: target port ID = GUID || GUID (srpt_service_guid twice);
+#   inquiry: vendor LIO-ORG, product RAMDISK-MCP, VPD 0x80 = lio-lun0;
+#   readcap: 512-byte blocks, MB * 2048 of them;
+#   per SPEC name:lba:blocks, WRITE(10) of random data, READ(10), compared;
+#   ABORT TASK of an unknown tag answered, LOGICAL UNIT RESET succeeds, data
+#   intact;
+#   kernel ib_srp over rxe0 then reads every SPEC's blocks and compares
+#   (an independent reader of what srpctl wrote).
+# Failures are counted (fail); a failed first login ends the test (die).
+srpctl_lio_checks() {
+	local bin=$1 t=$2 mb=$3 guid=$4 out rc spec name lba blocks w r disk first=
+	shift 4
+	sc() { timeout 60 "$bin" "$@"; }
+	log "=== $bin login $t"
+	out=$(sc login "$t" 2>&1); rc=$?
+	echo "$out"
+	[ $rc = 0 ] || die "$bin login to LIO failed"
+	# ib_srpt's target port id is service_guid || service_guid (reference/linux-srp.md)
+	grep -q "target port ID *$guid$guid" <<<"$out" || fail "login: target port ID is not $guid$guid"
+
+	log "=== inquiry"
+	out=$(sc inquiry "$t" 2>&1); rc=$?
+	echo "$out"
+	check "inquiry" test $rc = 0
+	grep -q '^vendor *LIO-ORG' <<<"$out" || fail "inquiry: vendor is not LIO-ORG"
+	grep -q '^product *RAMDISK-MCP' <<<"$out" || fail "inquiry: product is not RAMDISK-MCP"
+	out=$(sc inquiry --vpd 0x80 "$t" 2>&1) && grep -q 'lio-lun0' <<<"$out" ||
+		{ echo "$out"; fail "VPD 0x80 lacks the unit serial lio-lun0"; }
+
+	log "=== readcap"
+	out=$(sc readcap "$t" 2>&1); rc=$?
+	echo "$out"
+	check "readcap" test $rc = 0
+	grep -q "^block size *512$" <<<"$out" || fail "readcap: block size is not 512"
+	grep -q "^blocks *$((mb * 2048))$" <<<"$out" || fail "readcap: not $((mb * 2048)) blocks"
+
+	for spec in "$@"; do
+		IFS=: read -r name lba blocks <<<"$spec"
+		[ -n "$first" ] || first=$spec
+		log "=== verified write/read $name at LBA $lba"
+		head -c $((blocks * 512)) /dev/urandom >"/tmp/w-$name"
+		w=$(cdb10 0x2a "$lba" "$blocks") r=$(cdb10 0x28 "$lba" "$blocks")
+		check "WRITE(10) $name ($w)" sc scsi "$t" "$w" --out "/tmp/w-$name"
+		sc scsi "$t" "$r" --in $((blocks * 512)) --binary >"/tmp/r-$name" || fail "READ(10) $name ($r)"
+		check "$bin read-back $name" cmp "/tmp/w-$name" "/tmp/r-$name"
+	done
+
+	log "=== TMFs"
+	out=$(sc tmf "$t" abort --tag 0x1234 2>&1); rc=$?
+	echo "$out (exit $rc)"
+	# No task with that tag exists: LIO answers TASK DOES NOT EXIST, which
+	# ib_srpt reports as SRP_TSK_MGMT_FAILED (srpt_tsk_mgmt_status).
+	grep -qi 'abort task' <<<"$out" || fail "tmf abort: no response"
+	out=$(sc tmf "$t" lun-reset 2>&1); rc=$?
+	echo "$out (exit $rc)"
+	check "tmf lun-reset answered" test $rc = 0
+	# after a LUN reset LIO reports a unit attention once per I_T nexus; each
+	# srpctl call is a new nexus, so the data must simply still be there
+	IFS=: read -r name lba blocks <<<"$first"
+	sc scsi "$t" "$(cdb10 0x28 "$lba" "$blocks")" --in $((blocks * 512)) --binary >/tmp/r-after-reset &&
+		cmp "/tmp/w-$name" /tmp/r-after-reset || fail "data after lun-reset"
+
+	log "=== cross-check: kernel ib_srp over rxe reads what $bin wrote"
+	disk=$(lio_login rxe0 "$(srp_string rxe0 "$guid" "$guid" "$RXE_IP:$LIO_PORT")") || die "kernel login over rxe0"
+	for spec in "$@"; do
+		IFS=: read -r name lba blocks <<<"$spec"
+		check "kernel read-back $name" cmp "/tmp/w-$name" \
+			<(timeout 30 dd if="$disk" bs=512 skip="$lba" count="$blocks" iflag=direct status=none)
+	done
+	check "kernel logout" srp_logout
+}
+
+# cdb10 OPCODE LBA BLOCKS: a READ(10)/WRITE(10) CDB in hex bytes: opcode,
+# flags 0, 4-byte LBA, group 0, 2-byte transfer length, control 0 (SBC-3).
+cdb10() { printf '%02x 00 %02x %02x %02x %02x 00 %02x %02x 00' "$1" \
+	$(($2 >> 24 & 255)) $(($2 >> 16 & 255)) $(($2 >> 8 & 255)) $(($2 & 255)) $(($3 >> 8 & 255)) $(($3 & 255)); }
