@@ -365,13 +365,14 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 			var rows []struct {
 				Initiator string            `json:"initiator"`
 				LUNs      map[string]uint64 `json:"luns"`
+				ReadOnly  []uint64          `json:"read_only"`
 			}
 			raw, err := a.call(cmd.Context(), "GET", "/acls", nil, &rows)
 			if err != nil {
 				return err
 			}
 			return a.show(cmd.OutOrStdout(), raw, func(w *tabwriter.Writer) {
-				fmt.Fprintln(w, "INITIATOR\tLUNS (initiator=target)")
+				fmt.Fprintln(w, "INITIATOR\tLUNS (initiator=target)\tREAD-ONLY")
 				for _, r := range rows {
 					m := "all"
 					if len(r.LUNs) > 0 {
@@ -387,12 +388,20 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 						}
 						m = strings.Join(parts, ",")
 					}
-					fmt.Fprintf(w, "%s\t%s\n", r.Initiator, m)
+					ro := "-"
+					if len(r.ReadOnly) > 0 {
+						var parts []string
+						for _, n := range r.ReadOnly {
+							parts = append(parts, strconv.FormatUint(n, 10))
+						}
+						ro = strings.Join(parts, ",")
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\n", r.Initiator, m, ro)
 				}
 			})
 		},
 	}
-	var maps string
+	var maps, readOnly string
 	add := &cobra.Command{
 		Use:   "add INITIATOR",
 		Short: "admit an initiator: a port GUID xxxx:xxxx:xxxx:xxxx, an initiator port ID in hex, or an IP address",
@@ -415,14 +424,26 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 				}
 				body["luns"] = m
 			}
+			if readOnly != "" {
+				var ro []uint64
+				for _, f := range strings.Split(readOnly, ",") {
+					n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 64)
+					if err != nil || n > 16383 {
+						return fmt.Errorf("--read-only %q: want LUN numbers 0..16383, e.g. 0,2", f)
+					}
+					ro = append(ro, n)
+				}
+				body["read_only"] = ro
+			}
 			_, err := a.call(cmd.Context(), "POST", "/acls", body, nil)
 			return err
 		},
 	}
 	add.Flags().StringVar(&maps, "map", "", "LUN mapping INITIATOR_LUN=TARGET_LUN,... (default: every LUN under its own number)")
+	add.Flags().StringVar(&readOnly, "read-only", "", "write-protect these LUNs (numbers the initiator sees), e.g. 0,2")
 	remove := &cobra.Command{
 		Use:   "remove INITIATOR",
-		Short: "remove an initiator's ACL (channels logged in stay; see logout)",
+		Short: "remove an initiator's ACL (its channels get SRP_T_LOGOUT unless another ACL admits them alike)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, err := a.call(cmd.Context(), "DELETE", "/acls/"+url.PathEscape(args[0]), nil, nil)

@@ -175,10 +175,10 @@ func TestTargetAdmin(t *testing.T) {
 		t.Fatalf("ram without size: %v %s", err, out)
 	}
 
-	run("acl", "add", "0002:c903:0000:1234", "--map", "0=3")
+	run("acl", "add", "0002:c903:0000:1234", "--map", "0=3", "--read-only", "0")
 	run("acl", "add", "192.0.2.9")
 	out = run("acl", "list")
-	if !strings.Contains(out, "0002:c903:0000:1234  0=3\n") || !strings.Contains(out, "192.0.2.9            all\n") {
+	if !regexp.MustCompile(`(?m)^0002:c903:0000:1234\s+0=3\s+0$`).MatchString(out) || !regexp.MustCompile(`(?m)^192\.0\.2\.9\s+all\s+-$`).MatchString(out) {
 		t.Fatalf("acl list:\n%s", out)
 	}
 	if _, err := srpctl(ctx, sock, "lun", "remove", "3"); err == nil || !strings.Contains(err.Error(), "remove or change the ACL first") {

@@ -274,7 +274,9 @@ wait:
 	return nil
 }
 
-// AddACL admits an initiator (at once, for later logins).
+// AddACL admits an initiator from its next login on. Channels the new ACL
+// names with a different view than they logged in with get SRP_T_LOGOUT
+// (target.Port.SetAccess).
 func (d *daemon) AddACL(a ACLSection) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -297,7 +299,8 @@ func (d *daemon) AddACL(a ACLSection) error {
 }
 
 // RemoveACL removes the ACL of an initiator (any of the forms
-// target.ParseInitiator accepts). Channels logged in stay.
+// target.ParseInitiator accepts). Its channels get SRP_T_LOGOUT unless the
+// remaining policy admits them with the same view (target.Port.SetAccess).
 func (d *daemon) RemoveACL(initiator string) error {
 	m, err := target.ParseInitiator(initiator)
 	if err != nil {
