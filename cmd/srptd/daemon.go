@@ -356,6 +356,7 @@ func (d *daemon) Save() (string, error) {
 	if err := writeFileAtomic(d.origin.savePath, b); err != nil {
 		return "", err
 	}
+	d.origin.path = d.origin.savePath // what SIGHUP re-reads from now on
 	d.log.Info("configuration saved", "path", d.origin.savePath)
 	return d.origin.savePath, nil
 }

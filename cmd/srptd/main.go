@@ -289,11 +289,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 // reload applies the login policy (demo_mode and the ACLs) of the
 // configuration file again, on SIGHUP. Everything else needs a restart.
 func (d *daemon) reload(o *options) {
-	if d.origin.path == "" {
+	d.mu.Lock()
+	path := d.origin.path
+	d.mu.Unlock()
+	if path == "" {
 		d.log.Warn("SIGHUP: running the embedded default; no configuration file to reload")
 		return
 	}
-	cfg, err := readConfigFile(d.origin.path)
+	cfg, err := readConfigFile(path)
 	if err == nil {
 		err = applyFlags(cfg, o)
 	}

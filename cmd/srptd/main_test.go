@@ -202,6 +202,7 @@ func TestConfigErrors(t *testing.T) {
 		{base + ram + "[[acl]]\ninitiator=\"0x01\"\n[[acl]]\ninitiator=\"0x0001\"\n", "srptd.toml:10: acl[1].initiator: 0x00000000000000000000000000000001 has an ACL already"},
 		{base + "[target]\nsrq_size = 2\n", "srptd.toml:4: target.srq_size: 2 receive buffers out of range 4..65535"},
 		{base + "[metrics]\nlisten = \"nowhere\"\n", `srptd.toml:4: metrics.listen: "nowhere": want host:port or [ipv6]:port`},
+		{"port = 5\n", "srptd.toml:1: port: incompatible types: TOML value has type int64; destination has type slice"},
 		{base + "[target\n", "srptd.toml:3: expected '.' or ']' to end table name"},
 		{base + "[[lun]]\nlun = = 3\n", "srptd.toml:4: "},
 	} {
