@@ -1,5 +1,5 @@
 #!/bin/bash
-# summary: verbs unit tests on rxe0; kernel ib_srp -> srptd-verbs (rxe0, 192.0.2.1:5556): login_info, sg3_utils, fio verify, ext4, re-login, fd leaks
+# summary: verbs unit tests on rxe0 (SRQ too); kernel ib_srp -> srptd-verbs (rxe0, 192.0.2.1:5556): login_info, sg3_utils, fio verify, ext4, re-login, fd leaks; again with use_srq; ib_srpt's port names
 # timeout: 900
 # srptd built with -tags verbs serves one RAM LUN on rxe0 through RDMA/CM
 # (like ib_srpt's rdma_cm_port).  Its service GUID defaults to the node GUID,
@@ -161,6 +161,50 @@ wait $SRPTD_PID; rc=$?
 check "srptd-verbs exit status 0 ($rc)" test $rc = 0
 grep -q '^panic:\|^fatal error:\|DATA RACE' "$RUN/srptd.log" && fail "srptd-verbs panicked"
 tail -5 "$RUN/srptd.log"
+
+# use_srq: the port's channels take their receives from one shared receive
+# queue (ibv_create_srq on rxe0, srq_size 4095 as ib_srpt's default); two
+# channels (ch_count=2) share it.
+log "=== srptd-verbs with use_srq: two channels on one shared receive queue"
+sed 's/^demo_mode = true$/demo_mode = true\nuse_srq = true/' "$RUN/srptd.toml" >"$RUN/srptd-srq.toml"
+grep -qx 'use_srq = true' "$RUN/srptd-srq.toml" || die "use_srq not in $RUN/srptd-srq.toml"
+: >"$RUN/srptd-srq.log"
+srptd-verbs -config "$RUN/srptd-srq.toml" >>"$RUN/srptd-srq.log" 2>&1 &
+SRPTD_PID=$!
+wait_for 600 grep -q '^login_info: ' "$RUN/srptd-srq.log" || { cat "$RUN/srptd-srq.log"; die "srptd-verbs (use_srq) printed no login_info"; }
+srq_login() { srp_login rxe0 "$(srp_string rxe0 "$guid" "$guid" "$ADDR" ch_count=2)"; }
+disk=$(srq_login) || { cat "$RUN/srptd-srq.log"; die "kernel ib_srp login to srptd-verbs (use_srq) failed"; }
+log "disk $disk"
+if out=$(rdma resource show srq 2>&1); then
+	echo "$out"
+	check "srptd-verbs holds a shared receive queue on rxe0" grep -q 'comm srptd' <<<"$out"
+else
+	log "note: this rdma tool lists no SRQs ($out)"
+fi
+chans=$(grep -c 'msg="channel connected"' "$RUN/srptd-srq.log")
+check "use_srq: ib_srp opened two channels ($chans)" test "$chans" -ge 2
+grep 'msg="channel connected"' "$RUN/srptd-srq.log"
+fio_run srq-rw4k --filename="$disk" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=32 --numjobs=2 \
+	--size=8M --verify=crc32c --do_verify=1 --verify_fatal=1 || fail "use_srq: fio 4k randwrite + verify"
+fio_run srq-seq1m --filename="$disk" --direct=1 --ioengine=libaio --rw=write --bs=1M --iodepth=4 \
+	--offset=64M --size=32M --verify=crc32c --do_verify=1 --verify_fatal=1 || fail "use_srq: fio 1M seq write + verify"
+sum1=$(timeout 120 md5sum <"$disk" | cut -d' ' -f1)
+check "use_srq: logout" srp_logout
+fd0=$(fds)
+for i in 1 2 3; do
+	disk=$(srq_login) || { fail "use_srq: login $i of the loop"; break; }
+	[ $i = 1 ] && { sum2=$(timeout 120 md5sum <"$disk" | cut -d' ' -f1)
+		check "use_srq: device checksum unchanged across logout/login ($sum1)" test "$sum1" = "$sum2"; }
+	srp_logout || fail "use_srq: logout $i of the loop"
+done
+wait_for 100 test "$(fds)" -le "$fd0"
+check "use_srq: no file descriptors leaked over 3 logins ($fd0 before, $(fds) after)" test "$(fds)" -le "$fd0"
+kill -TERM $SRPTD_PID
+wait_for 300 sh -c "! kill -0 $SRPTD_PID 2>/dev/null" || { kill -QUIT $SRPTD_PID; sleep 1; kill -KILL $SRPTD_PID; }
+wait $SRPTD_PID; rc=$?
+check "srptd-verbs (use_srq) exit status 0 ($rc)" test $rc = 0
+grep -q '^panic:\|^fatal error:\|DATA RACE' "$RUN/srptd-srq.log" && fail "srptd-verbs (use_srq) panicked"
+grep -i 'shared receive queue' "$RUN/srptd-srq.log" | head -5
 
 # srptd logs the names ib_srpt gives the same HCA port: LIO configfs takes a
 # target directory only under a name of an ib_srpt port (srpt_lookup_port),
