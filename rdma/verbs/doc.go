@@ -18,6 +18,15 @@
 // DeviceFor names the device RDMA/CM routes an address through, for
 // initiators that open the device their target is reached by.
 //
+// Device implements rdma.SRQDevice on adapters with shared receive queues
+// (max_srq > 0; rxe has them): CreateSRQ makes an ibv_srq, and a QPConfig
+// naming it creates the QP with ibv_qp_init_attr.srq. Its receive
+// completions arrive on the CQ of the connection the SEND came in on. The
+// library does not say when the adapter takes a buffer from the SRQ, so a
+// buffer counts against the depth (and in Posted) until its completion is
+// polled. SRQ.Close succeeds once every QP on it is destroyed, that is once
+// its connection was closed and drained by Poll (or at Device.Close).
+//
 // Memory passed to Register stays pinned (runtime.Pinner) until Deregister,
 // as the cgo rules require for memory the adapter keeps using.
 //
