@@ -172,6 +172,9 @@ type tmfOp struct {
 	waitFor int   // commands (in NEED_DATA) still to finish before the core is asked
 	local   bool  // ABORT TASK of a command that never reached the core
 	code    uint8 // SRP_RSP response code
+	// targets are the channel's commands in the core the TMF may abort,
+	// taken when it was handed to the core.
+	targets []*command
 }
 
 type readOp struct {
@@ -601,7 +604,7 @@ func (c *channel) handle(ev event) {
 		c.pump()
 	case ev.tmf != nil:
 		c.executing--
-		c.sendTMFRsp(ev.tmf)
+		c.onTMFDone(ev.tmf)
 		c.pump()
 	case ev.tick:
 		if c.pendClose && c.state == stateDisconnecting {

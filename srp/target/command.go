@@ -436,6 +436,16 @@ func (c *channel) tmfReady(t *tmfOp) {
 		c.sendTMFRsp(t)
 		return
 	}
+	// The commands of this channel in the core that the TMF may abort. If
+	// the core reports FUNCTION COMPLETE, those that have not answered yet
+	// must not answer: their result may still be on its way to the loop,
+	// behind the TMF's (see onTMFDone).
+	for _, cmd := range c.cmds {
+		if cmd.state == cmdExec && cmd.lun == t.tm.LUN &&
+			(t.tm.Func != srp.TMFAbortTask || cmd.tag == t.tm.TaskTag) {
+			t.targets = append(t.targets, cmd)
+		}
+	}
 	c.executing++
 	sess, ctx := c.nx.sess, c.ctx
 	go func() {
@@ -443,6 +453,23 @@ func (c *channel) tmfReady(t *tmfOp) {
 		t.code = uint8(r)
 		c.events <- event{tmf: t}
 	}()
+}
+
+// onTMFDone handles the core's answer to a TMF. After FUNCTION COMPLETE
+// the initiator holds the aborted commands dead (SAM-5 §7.2), so those of
+// its targets whose results have not been answered yet are dropped when
+// they arrive (their credit rides on a later response) rather than
+// answered after the TMF's response.
+func (c *channel) onTMFDone(t *tmfOp) {
+	if t.code == srp.TMFRspComplete && t.tm.Func != srp.TMFClearACA {
+		for _, cmd := range t.targets {
+			if cmd.state == cmdExec {
+				cmd.aborted = true
+			}
+		}
+	}
+	t.targets = nil
+	c.sendTMFRsp(t)
 }
 
 // sendTMFRsp sends the TMF's SRP_RSP: RSPVALID, resp_data_len 4, the

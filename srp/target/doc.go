@@ -73,5 +73,8 @@
 //     RNR retry, so an initiator SEND must always find a buffer.
 //   - A TMF aborts the commands of its own channel that are still fetching
 //     data; commands of other channels of the same I_T nexus are aborted by
-//     the SCSI core once they reach it.
+//     the SCSI core once they reach it. When the core answers FUNCTION
+//     COMPLETE, commands of the TMF's channel that it covered and that
+//     have not been answered yet get no SRP_RSP even if their result
+//     races in after the abort (their credit rides on a later response).
 package target

@@ -262,7 +262,18 @@ type ini struct {
 	rsp    []byte // raw login reply
 	sends  int
 	queued [][]byte
+	// sendBusy marks send slots whose SEND has not completed: a slot is
+	// reused only after its completion (asynchronous providers read the
+	// buffer after PostSend returns).
+	sendBusy [iniSendSlots]bool
 }
+
+// Send slots: iniSendSlots buffers of iniSendSize bytes, room for an
+// SRP_CMD with 8192 bytes of immediate data at offset 68.
+const (
+	iniSendSlots = 64
+	iniSendSize  = 8448
+)
 
 const iniRecvSize = 1024
 
@@ -301,7 +312,7 @@ func (e *env) dialRaw(pd []byte) (*ini, []byte, error) {
 	if i.recvMR, err = dev.Register(make([]byte, i.nrecv*iniRecvSize), rdma.AccessLocalWrite); err != nil {
 		t.Fatal(err)
 	}
-	if i.sendMR, err = dev.Register(make([]byte, 64*8192), rdma.AccessLocalWrite); err != nil {
+	if i.sendMR, err = dev.Register(make([]byte, iniSendSlots*iniSendSize), rdma.AccessLocalWrite); err != nil {
 		t.Fatal(err)
 	}
 	conn, rsp, err := dev.Dial(e.ctx, e.addr, rdma.QPConfig{SendDepth: 256, RecvDepth: i.nrecv}, pd)
@@ -340,10 +351,19 @@ func (i *ini) send(iu []byte) {
 }
 
 func (i *ini) trySend(iu []byte) error {
-	slot := i.sends % 64
+	slot := i.sends % iniSendSlots
+	for i.sendBusy[slot] {
+		if err := i.pollOnce(i.e.ctx); err != nil {
+			return err
+		}
+	}
 	i.sends++
-	n := copy(i.sendMR.Bytes()[slot*8192:], iu)
-	return i.conn.PostSend(rdma.SendWR{ID: 1 << 32, Op: rdma.OpSend, Signaled: true, Local: []rdma.SGE{{MR: i.sendMR, Offset: slot * 8192, Length: n}}})
+	n := copy(i.sendMR.Bytes()[slot*iniSendSize:(slot+1)*iniSendSize], iu)
+	if err := i.conn.PostSend(rdma.SendWR{ID: 1<<32 | uint64(slot), Op: rdma.OpSend, Signaled: true, Local: []rdma.SGE{{MR: i.sendMR, Offset: slot * iniSendSize, Length: n}}}); err != nil {
+		return err
+	}
+	i.sendBusy[slot] = true
+	return nil
 }
 
 func (i *ini) sendIU(iu srp.IU) {
@@ -368,12 +388,31 @@ func (i *ini) next() []byte {
 
 func (i *ini) tryNext(ctx context.Context) ([]byte, error) {
 	for len(i.queued) == 0 {
+		if err := i.pollOnce(ctx); err != nil {
+			if len(i.queued) > 0 {
+				break
+			}
+			return nil, err
+		}
+	}
+	b := i.queued[0]
+	i.queued = i.queued[1:]
+	return b, nil
+}
+
+// pollOnce waits for completions: received IUs are queued (and their
+// buffers reposted), completed SENDs free their slots.
+func (i *ini) pollOnce(ctx context.Context) error {
+	{
 		var comps [16]rdma.Completion
 		n, err := i.conn.Poll(ctx, comps[:])
 		for _, c := range comps[:n] {
 			if c.Op != rdma.OpRecv {
+				if c.ID>>32 == 1 {
+					i.sendBusy[c.ID&0xffffffff%iniSendSlots] = false
+				}
 				if c.Status != rdma.StatusSuccess && c.Status != rdma.StatusFlushed {
-					return nil, errors.New("send failed: " + c.Status.String())
+					return errors.New("send failed: " + c.Status.String())
 				}
 				continue
 			}
@@ -384,19 +423,11 @@ func (i *ini) tryNext(ctx context.Context) ([]byte, error) {
 			b := append([]byte(nil), i.recvMR.Bytes()[s*iniRecvSize:s*iniRecvSize+c.ByteLen]...)
 			i.queued = append(i.queued, b)
 			if err := i.conn.PostRecv(rdma.RecvWR{ID: c.ID, Local: rdma.SGE{MR: i.recvMR, Offset: s * iniRecvSize, Length: iniRecvSize}}); err != nil && !errors.Is(err, rdma.ErrClosed) {
-				return nil, err
+				return err
 			}
 		}
-		if err != nil {
-			if len(i.queued) > 0 {
-				break
-			}
-			return nil, err
-		}
+		return err
 	}
-	b := i.queued[0]
-	i.queued = i.queued[1:]
-	return b, nil
 }
 
 // rsp returns the next IU, which must be an SRP_RSP.
