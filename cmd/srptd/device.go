@@ -65,3 +65,19 @@ func srptIdentityOf(info verbs.DeviceInfo, port int) (srptIdentity, bool) {
 	}
 	return srptIdentity{port: port, serviceGUID: info.NodeGUID, portName: pi.GUIDName(), portGIDName: pi.GIDName()}, true
 }
+
+// targetPortName is the SCSI target port name ib_srpt gives the HCA port
+// of a verbs port section (srptIdentity.portName: the LIO target name its
+// LUNs report in VPD page 83h as "<name>,t,0x0001"), or "" for a device
+// without one (iwarp).
+func targetPortName(dev rdma.Device, p PortSection) string {
+	d, ok := dev.(*verbs.Device)
+	if !ok {
+		return ""
+	}
+	id, ok := srptIdentityOf(d.Info(), p.DevicePort)
+	if !ok {
+		return ""
+	}
+	return id.portName
+}

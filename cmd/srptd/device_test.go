@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/gosrp/gosrp/rdma/verbs"
@@ -29,5 +30,16 @@ func TestSrptIdentity(t *testing.T) {
 	}
 	if _, ok := srptIdentityOf(info, 2); ok {
 		t.Error("port 2 of a one-port device found")
+	}
+}
+
+func TestTargetPortNameIWARP(t *testing.T) {
+	dev, guid, err := openDevice(PortSection{Transport: "iwarp"}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if n := targetPortName(dev, PortSection{Transport: "iwarp"}); n != "" || guid != 0 {
+		t.Fatalf("iwarp port: name %q, node GUID %#x; want none", n, guid)
 	}
 }
