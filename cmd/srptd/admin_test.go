@@ -358,6 +358,21 @@ initiator = "127.0.0.1"
 	if code, body := dr.admin(t, "DELETE", "/luns/5", nil, nil); code != 409 || !strings.Contains(body, "0002:c903:0000:1234") {
 		t.Fatalf("remove a mapped LUN: %d %s", code, body)
 	}
+	if code, body := dr.admin(t, "POST", "/acls", map[string]any{"initiator": "192.0.2.99", "read_only": []int{5}}, nil); code != 201 {
+		t.Fatalf("add ACL: %d %s", code, body)
+	}
+	if code, body := dr.admin(t, "DELETE", "/acls/0002:c903:0000:1234", nil, nil); code != 204 {
+		t.Fatalf("remove ACL: %d %s", code, body)
+	}
+	if code, body := dr.admin(t, "DELETE", "/luns/5", nil, nil); code != 409 || !strings.Contains(body, "192.0.2.99 lists LUN 5 as read_only") {
+		t.Fatalf("remove a read-only LUN: %d %s", code, body)
+	}
+	if code, body := dr.admin(t, "DELETE", "/acls/192.0.2.99", nil, nil); code != 204 {
+		t.Fatalf("remove ACL: %d %s", code, body)
+	}
+	if code, body := dr.admin(t, "POST", "/acls", map[string]any{"initiator": "0002:c903:0000:1234", "luns": map[string]int{"0": 5}}, nil); code != 201 {
+		t.Fatalf("add ACL: %d %s", code, body)
+	}
 	var acls []ACLSection
 	dr.admin(t, "GET", "/acls", nil, &acls)
 	if len(acls) != 2 || acls[1].Initiator != "0002:c903:0000:1234" || acls[1].LUNs["0"] != 5 {

@@ -236,27 +236,10 @@ func (d *daemon) AddLUN(sec LUNSection) error {
 // in progress finish (bounded by ctx) before the backstore is flushed and
 // closed. A LUN an ACL maps cannot be removed.
 func (d *daemon) RemoveLUN(ctx context.Context, n uint64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	st, ok := d.luns[n]
-	if !ok {
-		return fmt.Errorf("LUN %d: %w", n, scsi.ErrNoSuchLUN)
-	}
-	for _, a := range d.cfg.ACLs {
-		for k, v := range a.LUNs {
-			if v == n {
-				return fmt.Errorf("%w: ACL %s maps its LUN %s to LUN %d; remove or change the ACL first", errConflict, a.Initiator, k, n)
-			}
-		}
-	}
-	if err := d.core.RemoveLUN(n); err != nil {
+	st, err := d.detachLUN(n)
+	if err != nil {
 		return err
 	}
-	t := maps.Clone(*d.stats.Load())
-	delete(t, n)
-	d.stats.Store(&t)
-	delete(d.luns, n)
-	d.cfg.LUNs = slices.DeleteFunc(d.cfg.LUNs, func(l LUNSection) bool { return *l.LUN == n })
 wait:
 	for st.stats.inflight.Load() > 0 {
 		select {
@@ -272,6 +255,36 @@ wait:
 	}
 	d.log.Info("LUN removed", "lun", n)
 	return nil
+}
+
+// detachLUN takes LUN n out of the core, the counters and the
+// configuration, and returns it for closing.
+func (d *daemon) detachLUN(n uint64) (*lunState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st, ok := d.luns[n]
+	if !ok {
+		return nil, fmt.Errorf("LUN %d: %w", n, scsi.ErrNoSuchLUN)
+	}
+	for _, a := range d.cfg.ACLs {
+		for _, k := range sortedKeys(a.LUNs) {
+			if a.LUNs[k] == n {
+				return nil, fmt.Errorf("%w: ACL %s maps its LUN %s to LUN %d; remove or change the ACL first", errConflict, a.Initiator, k, n)
+			}
+		}
+		if len(a.LUNs) == 0 && slices.Contains(a.ReadOnly, n) {
+			return nil, fmt.Errorf("%w: ACL %s lists LUN %d as read_only; remove or change the ACL first", errConflict, a.Initiator, n)
+		}
+	}
+	if err := d.core.RemoveLUN(n); err != nil {
+		return nil, err
+	}
+	t := maps.Clone(*d.stats.Load())
+	delete(t, n)
+	d.stats.Store(&t)
+	delete(d.luns, n)
+	d.cfg.LUNs = slices.DeleteFunc(d.cfg.LUNs, func(l LUNSection) bool { return *l.LUN == n })
+	return st, nil
 }
 
 // AddACL admits an initiator from its next login on. Channels the new ACL
