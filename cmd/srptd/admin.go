@@ -103,6 +103,10 @@ func (d *daemon) Sessions() []sessionJSON {
 	return out
 }
 
+// maxSocketPath is the longest unix socket path Linux binds (sun_path is
+// 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
 func startAdmin(path string, d *daemon, log *slog.Logger) (*adminServer, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		// A socket nobody answers on is left over from an earlier run.

@@ -489,3 +489,14 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("no queue depth gauge in\n%s", text)
 	}
 }
+
+// TestDataDirLocked: a second srptd on the same data directory stops
+// before opening anything.
+func TestDataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	launch(t, "-data-dir", dir, "-listen", "127.0.0.1:0")
+	err := run(testCtx(t), []string{"-data-dir", dir, "-listen", "127.0.0.1:0"}, io.Discard, io.Discard, nil)
+	if err == nil || err.Error() != "data directory "+dir+" is in use by another srptd" {
+		t.Fatalf("second srptd: %v", err)
+	}
+}

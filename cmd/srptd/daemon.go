@@ -363,7 +363,11 @@ func (d *daemon) Save() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := LoadConfig(string(b), d.origin.savePath); err != nil {
+	back, err := LoadConfig(string(b), d.origin.savePath)
+	if err == nil {
+		err = back.Validate()
+	}
+	if err != nil {
 		return "", fmt.Errorf("the encoded configuration does not load back: %w", err)
 	}
 	if err := writeFileAtomic(d.origin.savePath, b); err != nil {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // identity is what initiators recognise a target by, kept in the data
@@ -140,4 +142,22 @@ func writeFileAtomic(path string, data []byte) error {
 		d.Close()
 	}
 	return nil
+}
+
+// lockDataDir takes an exclusive lock on DIR/lock (flock), so two daemons
+// never serve the same data directory (and its LUN files). unlock releases
+// it.
+func lockDataDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data directory: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data directory %s is in use by another srptd", dir)
+		}
+		return nil, fmt.Errorf("data directory %s: lock: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
 }

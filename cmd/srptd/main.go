@@ -214,6 +214,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		if org.path == "" {
 			org.savePath = filepath.Join(dataDir, "srptd.toml")
 		}
+		unlock, err := lockDataDir(dataDir)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
 	ident, err := loadIdentity(dataDir)
 	if err != nil {
@@ -232,6 +237,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	socket := cfg.Admin.Socket
 	if socket == "" && dataDir != "" {
 		socket = filepath.Join(dataDir, "srptd.sock")
+		if len(socket) > maxSocketPath {
+			log.Warn("no admin API: the data directory's path is too long for a unix socket; set admin.socket", "socket", socket)
+			socket = ""
+		}
 	}
 	if socket != "" {
 		admin, err := startAdmin(socket, d, log)
