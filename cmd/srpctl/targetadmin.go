@@ -152,7 +152,7 @@ configuration names admin.socket.`,
 	}
 	c.AddCommand(
 		newTargetLoginInfoCmd(a), newTargetSessionsCmd(a), newTargetLogoutCmd(a),
-		newTargetLUNsCmd(a), newTargetLUNCmd(a), newTargetACLCmd(a), newTargetSaveCmd(a),
+		newTargetLUNsCmd(a), newTargetLUNCmd(a), newTargetBackstoresCmd(a), newTargetACLCmd(a), newTargetSaveCmd(a),
 	)
 	return c
 }
@@ -260,6 +260,43 @@ func newTargetLUNsCmd(a *adminClient) *cobra.Command {
 					}
 					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%s\t%s\t%d\t%.0fµs\t%s\n", l.LUN, l.Name, l.Backstore, humanBytes(uint64(l.Size)), l.BlockSize, mode,
 						l.Serial, l.Counters.Commands, humanBytes(l.Counters.ReadBytes), humanBytes(l.Counters.WriteBytes), l.Counters.Errors, l.Counters.AvgLatencyUs, l.Path)
+				}
+			})
+		},
+	}
+}
+
+func newTargetBackstoresCmd(a *adminClient) *cobra.Command {
+	return &cobra.Command{
+		Use:   "backstores",
+		Short: "list the backstores: type, path, size and the space they occupy (each LUN owns one; lun add/remove creates and closes them)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rows []struct {
+				LUN       uint64 `json:"lun"`
+				Name      string `json:"name"`
+				Type      string `json:"type"`
+				Path      string `json:"path"`
+				Size      int64  `json:"size"`
+				Allocated *int64 `json:"allocated"`
+				ReadOnly  bool   `json:"read_only"`
+			}
+			raw, err := a.call(cmd.Context(), "GET", "/backstores", nil, &rows)
+			if err != nil {
+				return err
+			}
+			return a.show(cmd.OutOrStdout(), raw, func(w *tabwriter.Writer) {
+				fmt.Fprintln(w, "LUN\tNAME\tTYPE\tSIZE\tALLOCATED\tMODE\tPATH")
+				for _, b := range rows {
+					alloc := "-"
+					if b.Allocated != nil {
+						alloc = humanBytes(uint64(*b.Allocated))
+					}
+					mode := "rw"
+					if b.ReadOnly {
+						mode = "ro"
+					}
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", b.LUN, b.Name, b.Type, humanBytes(uint64(b.Size)), alloc, mode, b.Path)
 				}
 			})
 		},

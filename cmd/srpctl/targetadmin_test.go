@@ -156,6 +156,10 @@ func TestTargetAdmin(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^0\s+disk0\s+file\s+1\.0 GiB\s+512\s+rw\s+[0-9a-f]{16}\s+\d+ .*` + regexp.QuoteMeta(filepath.Join(data, "lun0.img")) + `$`).MatchString(out) {
 		t.Fatalf("luns:\n%s", out)
 	}
+	out = run("backstores")
+	if !regexp.MustCompile(`(?m)^0\s+disk0\s+file\s+1\.0 GiB\s+\d+\.\d \w+\s+rw\s+` + regexp.QuoteMeta(filepath.Join(data, "lun0.img")) + `$`).MatchString(out) {
+		t.Fatalf("backstores:\n%s", out)
+	}
 	out = run("sessions")
 	if !regexp.MustCompile(`(?m)^iwarp0\s+\d+\s+[0-9a-f]{32}\s+127\.0\.0\.1:\d+\s+LIVE\s+\d+\s+0\s+\d+`).MatchString(out) {
 		t.Fatalf("sessions:\n%s", out)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +28,7 @@ import (
 //	GET    /sessions            channels with their counters
 //	DELETE /sessions/{name}     SRP_T_LOGOUT an initiator port ID or channel
 //	GET    /luns                logical units, backstores and counters
+//	GET    /backstores          backstores: type, path, size, space allocated
 //	POST   /luns                attach a LUN (a [[lun]] section as JSON)
 //	DELETE /luns/{lun}          detach a LUN and close its backstore
 //	GET    /acls                the [[acl]] sections
@@ -56,6 +58,46 @@ type lunJSON struct {
 	ReadOnly  bool        `json:"read_only,omitempty"`
 	Serial    string      `json:"serial"`
 	Counters  lunCounters `json:"counters"`
+}
+
+// backstoreJSON is one backstore as GET /backstores reports it.
+type backstoreJSON struct {
+	LUN  uint64 `json:"lun"` // the LUN it backs
+	Name string `json:"name,omitempty"`
+	Type string `json:"type"`           // ram, file or block
+	Path string `json:"path,omitempty"` // resolved
+	Size int64  `json:"size"`           // bytes
+	// Allocated is the storage in use, bytes: RAM pages written, or the
+	// blocks a (sparse) file occupies; absent for block devices.
+	Allocated *int64 `json:"allocated,omitempty"`
+	ReadOnly  bool   `json:"read_only,omitempty"`
+}
+
+// Backstores reports the backstores in LUN order.
+func (d *daemon) Backstores() []backstoreJSON {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := []backstoreJSON{}
+	for _, n := range slicesSorted(d.luns) {
+		st := d.luns[n]
+		b := backstoreJSON{LUN: n, Name: st.sec.Name, Type: st.sec.Backstore, Path: st.path, Size: st.bs.Size(), ReadOnly: st.sec.ReadOnly}
+		switch bs := st.bs.(type) {
+		case interface{ AllocatedBytes() int64 }:
+			v := bs.AllocatedBytes()
+			b.Allocated = &v
+		default:
+			if st.sec.Backstore == "file" {
+				if fi, err := os.Stat(st.path); err == nil {
+					if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+						v := sys.Blocks * 512 // st_blocks counts 512-byte units (stat(2))
+						b.Allocated = &v
+					}
+				}
+			}
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 // LUNs reports the attached logical units in LUN order.
@@ -236,6 +278,9 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 	})
 	mux.HandleFunc("GET /luns", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.LUNs())
+	})
+	mux.HandleFunc("GET /backstores", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.Backstores())
 	})
 	mux.HandleFunc("POST /luns", func(w http.ResponseWriter, r *http.Request) {
 		var sec LUNSection

@@ -335,6 +335,13 @@ initiator = "127.0.0.1"
 		t.Fatalf("counters before %+v after %+v", b, a)
 	}
 
+	var bss []backstoreJSON
+	dr.admin(t, "GET", "/backstores", nil, &bss)
+	if len(bss) != 2 || bss[0].Type != "ram" || bss[0].Allocated == nil || *bss[0].Allocated != 0 ||
+		bss[1].Type != "file" || bss[1].Path != img || bss[1].Size != 4<<20 || bss[1].Allocated == nil || *bss[1].Allocated < 64<<10 || *bss[1].Allocated >= 4<<20 {
+		t.Fatalf("backstores %+v", bss)
+	}
+
 	var sess []sessionJSON
 	dr.admin(t, "GET", "/sessions", nil, &sess)
 	var cmds, rd, wr uint64
