@@ -507,3 +507,22 @@ func TestDataDirLocked(t *testing.T) {
 		t.Fatalf("second srptd: %v", err)
 	}
 }
+
+// TestMetricsAddressInUse: a metrics listener that cannot bind stops
+// srptd before any SRP port listens (no login_info).
+func TestMetricsAddressInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := writeConfig(t, "[[port]]\nlisten = [\"127.0.0.1:0\"]\n[metrics]\nlisten = \""+l.Addr().String()+"\"\n")
+	var out bytes.Buffer
+	err = run(testCtx(t), []string{"-config", cfg}, &out, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "srptd.toml:4: metrics.listen: ") || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("err %v", err)
+	}
+	if out.Len() != 0 {
+		t.Fatalf("printed %q", out.String())
+	}
+}

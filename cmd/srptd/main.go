@@ -229,11 +229,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	if err := d.openLUNs(); err != nil {
 		return err
 	}
-	if err := d.startPorts(ctx); err != nil {
-		return err
-	}
-	info := ready{ports: d.Ports(), addrs: d.addrs, d: d}
-
+	// The admin and metrics listeners start before the SRP ports, so an
+	// error in them stops srptd before any initiator can log in.
+	var (
+		adminSocket string
+		metricsAddr net.Addr
+	)
 	socket := cfg.Admin.Socket
 	if socket == "" && dataDir != "" {
 		socket = filepath.Join(dataDir, "srptd.sock")
@@ -248,7 +249,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 			return fmt.Errorf("admin socket %s: %w", socket, err)
 		}
 		defer admin.Close()
-		info.adminSocket = socket
+		adminSocket = socket
 	}
 	if a := cfg.Metrics.Listen; a != "" {
 		m, err := startMetrics(a, d, log)
@@ -256,8 +257,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 			return d.cfg.explain(ferr("metrics.listen", "%v", err))
 		}
 		defer m.Close()
-		info.metricsAddr = m.Addr()
+		metricsAddr = m.Addr()
 	}
+	if err := d.startPorts(ctx); err != nil {
+		return err
+	}
+	info := ready{ports: d.Ports(), addrs: d.addrs, d: d, adminSocket: adminSocket, metricsAddr: metricsAddr}
+
 	if o.pprof != "" {
 		stopProf, err := startPprof(o.pprof, log)
 		if err != nil {
