@@ -205,16 +205,17 @@ TOML
 # srptd_run CONFIG: starts srptd in the background on that TOML config (log
 # in $RUN/srptd.log), listening on $SRPTD_ADDR whatever the config says
 # (--listen), waits (60 s) for the login_info line it prints, and sets
-# SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.  When srptd has a -data-dir flag,
-# its data directory is on the guest's tmpfs.
+# SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.  When srptd has a --data-dir flag,
+# its data directory is on the guest's tmpfs.  SRPTD_BIN names another
+# build (srptd-verbs).
 srptd_run() {
-	local i s args=(--config "$1" --listen "$SRPTD_ADDR")
-	if timeout 10 srptd -h 2>&1 | grep -q -- '-data-dir'; then
+	local i s bin=${SRPTD_BIN:-srptd} args=(--config "$1" --listen "$SRPTD_ADDR")
+	if timeout 10 "$bin" -h 2>&1 | grep -q -- '-data-dir'; then
 		mkdir -p /tmp/srptd-data && args+=(--data-dir /tmp/srptd-data)
 	fi
 	: >"$RUN/srptd.log"
-	log "srptd ${args[*]}"
-	srptd "${args[@]}" >>"$RUN/srptd.log" 2>&1 &
+	log "$bin ${args[*]}"
+	"$bin" "${args[@]}" >>"$RUN/srptd.log" 2>&1 &
 	SRPTD_PID=$!
 	for ((i = 0; i < 600; i++)); do
 		s=$(grep -o 'login_info: id_ext=[0-9a-fA-Fx]*,ioc_guid=[0-9a-fA-Fx]*' "$RUN/srptd.log" | head -1)
