@@ -1,7 +1,6 @@
 package iwarp
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -15,8 +14,9 @@ import (
 	"github.com/gosrp/gosrp/rdma"
 )
 
-// readerBufSize is the receive buffer of a connection, in bytes. Payloads
-// larger than what is buffered are read straight into the target region.
+// readerBufSize is the receive buffer of a connection, in bytes. Payloads of
+// a quarter of it or more are read straight into the target region (see
+// rxReader).
 const readerBufSize = 32 << 10
 
 // terminateWriteTimeout bounds sending the final Terminate to a peer that
@@ -69,7 +69,7 @@ type conn struct {
 	// Terminate (caps.IRD may be lower, the peer's negotiated ORD).
 	irdLimit int
 
-	br *bufio.Reader
+	br *rxReader
 	rx rxState // reader goroutine only (after start)
 	tx txState // writer goroutine only (after start)
 
@@ -153,7 +153,7 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 	caps := o.Caps
 	c := &conn{
 		dev: d, nc: nc, log: d.log, caps: caps, crc: o.CRC, maxPayload: d.cfg.MaxFPDUPayload, irdLimit: o.IRDLimit,
-		br:  bufio.NewReaderSize(nc, readerBufSize),
+		br:  newRxReader(nc, readerBufSize),
 		sq:  make([]sqEntry, q.SendDepth),
 		orq: make([]orqEntry, max(caps.ORD, 1)),
 		// Fences need a Read slot at the peer.

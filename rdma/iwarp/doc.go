@@ -35,9 +35,12 @@
 //
 // # Data path
 //
-// Each connection has one reader goroutine, which parses FPDUs from a
-// bufio.Reader and places tagged data and Send payloads straight into the
-// registered buffer (no intermediate copy), and one writer goroutine, which
+// Each connection has one reader goroutine, which parses FPDUs from a 32 KiB
+// buffer and places tagged data and Send payloads straight into the
+// registered buffer (no intermediate copy): a payload of 8 KiB or more is
+// read with readv(2) into the region, the pad and CRC field, and the buffer
+// (which so receives the next FPDU's header in the same system call); and
+// one writer goroutine, which
 // gathers the FPDUs of every queued work request and Read Response into one
 // vectored write (writev), headers in a reused arena and payloads as slices
 // of the registered memory. TCP_NODELAY is set. Nothing is allocated per

@@ -1,7 +1,6 @@
 package iwarp
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"net"
@@ -67,7 +66,7 @@ func FuzzFPDU(f *testing.F) {
 func fuzzFPDUBody(t *testing.T, data []byte, crc bool) {
 	d := NewDevice(Config{MaxFPDUPayload: 64})
 	c := newConn(d, nopConn{}, d.qpDefaults(rdma.QPConfig{}), mpaOutcome{Caps: rdma.Caps{SendDepth: 8, RecvDepth: 8, MaxSGE: 4, IRD: 2, ORD: 2}, IRDLimit: 2, CRC: crc})
-	c.br = bufio.NewReader(bytes.NewReader(data))
+	c.br = newRxReader(bytes.NewReader(data), 4096)
 	wr, _ := d.Register(make([]byte, 64), rdma.AccessLocalWrite|rdma.AccessRemoteWrite|rdma.AccessRemoteRead)
 	rb, _ := d.Register(make([]byte, 16), rdma.AccessLocalWrite)
 	sink, _ := d.Register(make([]byte, 32), rdma.AccessLocalWrite)

@@ -168,10 +168,7 @@ func (c *conn) readFPDU() error {
 // place reads n payload bytes into dst, then the pad and CRC, and verifies
 // the CRC.
 func (c *conn) place(dst []byte, pad int) error {
-	if _, err := io.ReadFull(c.br, dst); err != nil {
-		return err
-	}
-	if _, err := io.ReadFull(c.br, c.rx.tr[:pad+crcSize]); err != nil {
+	if err := c.br.readPayload(dst, c.rx.tr[:pad+crcSize]); err != nil {
 		return err
 	}
 	if c.crc {
@@ -314,6 +311,11 @@ func (c *conn) placeSGL(sgl []rdma.SGE, off, n, pad int) error {
 		}
 		k := min(n, len(b)-off)
 		dst := b[off : off+k]
+		if k == n {
+			// The last piece: read with the trailer (see rxReader).
+			c.rx.crc = crc
+			return c.place(dst, pad)
+		}
 		if _, err := io.ReadFull(c.br, dst); err != nil {
 			return err
 		}
