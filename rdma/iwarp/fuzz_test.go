@@ -105,3 +105,51 @@ func (nopConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
 func (nopConn) SetDeadline(time.Time) error      { return nil }
 func (nopConn) SetReadDeadline(time.Time) error  { return nil }
 func (nopConn) SetWriteDeadline(time.Time) error { return nil }
+
+// FuzzDDPHeader: the DDP/RDMAP header decoders (RFC 5041 §5.1-5.2, RFC
+// 5040 §4.3-4.4, §4.8 Terminate control word) never panic, refuse a header
+// shorter than its model needs, and what they accept re-encodes to the
+// same bytes (reserved bits and versions aside, which the encoder sets).
+func FuzzDDPHeader(f *testing.F) {
+	f.Add(untagged(0x41, 0x43, 0, 0, 1, 0, nil)[:ddpUntaggedHdrLen])
+	f.Add(tagged(0xc1, 0x40, 0x100, 0x100000, nil)[:ddpTaggedHdrLen])
+	f.Add(readReq(1, 0x100, 0, 4, 0x100, 0x100000))
+	f.Add([]byte{0x12, 0x05, 0xc0, 0})
+	f.Add([]byte{0x81})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := parseDDPHeader(b)
+		need := ddpUntaggedHdrLen
+		if len(b) >= 1 && b[0]&ddpFlagTagged != 0 {
+			need = ddpTaggedHdrLen
+		}
+		if (err == nil) != (len(b) >= need) {
+			t.Fatalf("%d bytes (need %d): err %v", len(b), need, err)
+		}
+		if te, err := parseTerminate(b); (err == nil) != (len(b) >= termCtrlLen) {
+			t.Fatalf("Terminate of %d bytes: err %v", len(b), err)
+		} else if err == nil && (te.Layer != b[0]>>4 || te.Type != b[0]&0x0f || te.Code != b[1]) {
+			t.Fatalf("Terminate control % x decoded as %+v", b[:4], te)
+		}
+		if err != nil {
+			return
+		}
+		out := make([]byte, need)
+		if h.Tagged {
+			putTagged(out, h.Last, h.Opcode, h.STag, h.TO)
+		} else {
+			putUntagged(out, h.Last, h.Opcode, h.InvalidateSTag, h.QN, h.MSN, h.MO)
+		}
+		ctl := byte(ddpFlagTagged | ddpFlagLast)
+		if out[0]&ctl != b[0]&ctl || out[1]&rdmapOpcodeMask != b[1]&rdmapOpcodeMask || !bytes.Equal(out[2:], b[2:need]) {
+			t.Fatalf("round trip\n in % x\nout % x", b[:need], out)
+		}
+		if !h.Tagged && h.Opcode == opReadRequest && len(b) >= readReqHdrLen {
+			rr := parseReadRequest(b[ddpUntaggedHdrLen:])
+			rb := make([]byte, rdmaReadReqLen)
+			putReadRequest(rb, rr)
+			if !bytes.Equal(rb, b[ddpUntaggedHdrLen:readReqHdrLen]) {
+				t.Fatalf("Read Request round trip\n in % x\nout % x", b[ddpUntaggedHdrLen:readReqHdrLen], rb)
+			}
+		}
+	})
+}
