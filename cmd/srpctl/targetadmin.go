@@ -269,7 +269,7 @@ func newTargetLUNsCmd(a *adminClient) *cobra.Command {
 func newTargetBackstoresCmd(a *adminClient) *cobra.Command {
 	return &cobra.Command{
 		Use:   "backstores",
-		Short: "list the backstores: type, path, size and the space they occupy (each LUN owns one; lun add/remove creates and closes them)",
+		Short: "list the backstores (one per LUN): type, path, size, space allocated",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var rows []struct {
