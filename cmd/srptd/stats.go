@@ -10,7 +10,7 @@ import (
 
 // latencyBounds are the upper bounds, in seconds, of the command latency
 // histogram buckets (the last bucket, +Inf, is the total count).
-var latencyBounds = []float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10}
+var latencyBounds = [...]float64{50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 500e-3, 1, 2.5, 5, 10}
 
 // lunStats counts the commands of one logical unit. Safe for concurrent
 // use; every field only grows except inflight.
@@ -21,7 +21,7 @@ type lunStats struct {
 	errors     atomic.Uint64 // completed with a status other than GOOD
 	aborted    atomic.Uint64 // ended by a TMF or a channel loss
 	latencyNs  atomic.Uint64 // sum of command latencies, nanoseconds
-	buckets    [17]atomic.Uint64
+	buckets    [len(latencyBounds)]atomic.Uint64
 	inflight   atomic.Int64 // commands in progress
 }
 
