@@ -526,3 +526,33 @@ func TestMetricsAddressInUse(t *testing.T) {
 		t.Fatalf("printed %q", out.String())
 	}
 }
+
+// TestSaveRestart: on the default configuration, a LUN added through the
+// admin API and saved is there after a restart on the same data
+// directory, with the same serial, and the saved file is read.
+func TestSaveRestart(t *testing.T) {
+	dir := t.TempDir()
+	dr := launch(t, "-data-dir", dir, "-listen", "127.0.0.1:0")
+	if code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "size": "2MiB"}, nil); code != 201 {
+		t.Fatalf("add LUN: %d %s", code, body)
+	}
+	var saved map[string]string
+	if code, body := dr.admin(t, "POST", "/save", nil, &saved); code != 200 || saved["path"] != filepath.Join(dir, "srptd.toml") {
+		t.Fatalf("save %d %s", code, body)
+	}
+	var before []lunJSON
+	dr.admin(t, "GET", "/luns", nil, &before)
+	if err := dr.stop(); err != nil {
+		t.Fatal(err)
+	}
+	dr = launch(t, "-data-dir", dir)
+	var after []lunJSON
+	dr.admin(t, "GET", "/luns", nil, &after)
+	if len(after) != 2 || after[1].LUN != 1 || after[1].Path != filepath.Join(dir, "lun1.img") || after[1].Size != 2<<20 ||
+		after[0].Serial != before[0].Serial || after[1].Serial != before[1].Serial {
+		t.Fatalf("before %+v\nafter %+v", before, after)
+	}
+	if !strings.Contains(dr.lines[0], "dest=127.0.0.1:") || !strings.Contains(dr.errOut.String(), "demo mode on") {
+		t.Fatalf("login_info %q\n%s", dr.lines, dr.errOut.String())
+	}
+}
