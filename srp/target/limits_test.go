@@ -104,3 +104,44 @@ func TestSetAccessLive(t *testing.T) {
 	e.port.SetAccess(true, nil)
 	logout(b)
 }
+
+// TestSessionCounters checks each SessionInfo counter against a known
+// sequence of IUs.
+func TestSessionCounters(t *testing.T) {
+	e := newEnv(t, nil)
+	i := e.login(defaultLogin())
+	src, s := i.buf(0, 4096)
+	fill(src, 1)
+	_, d := i.buf(1<<20, 8192)
+	i.sendIU(&srp.Cmd{Tag: 1, CDB: make([]byte, 16)}) // TEST UNIT READY
+	checkGood(t, i.rspIU(), 1)
+	i.sendIU(&srp.Cmd{Tag: 2, CDB: cdb10(0x2a, 0, 8), DataOut: direct(s)}) // 4096 bytes out
+	checkGood(t, i.rspIU(), 2)
+	i.sendIU(&srp.Cmd{Tag: 3, CDB: cdb10(0x28, 0, 16), DataIn: direct(d)}) // 8192 bytes in
+	checkGood(t, i.rspIU(), 3)
+	i.sendIU(&srp.Cmd{Tag: 4, CDB: cdb10(0xe0, 0, 0)}) // the fake core's INVALID COMMAND OPERATION CODE
+	if r := i.rspIU(); r.Status != 0x02 {
+		t.Fatalf("rsp %+v", r)
+	}
+	i.sendIU(&srp.TaskMgmt{Tag: 5, Func: srp.TMFLUNReset})
+	if r := i.rspIU(); r.Tag != 5 {
+		t.Fatalf("rsp %+v", r)
+	}
+	i.send(append([]byte{0x55}, make([]byte, 15)...)) // unexpected IU: credit back in a CRED_REQ
+	if b := i.next(); b[0] != 0x81 {
+		t.Fatalf("want SRP_CRED_REQ, got % x", b)
+	}
+	waitFor(t, e, func() bool { s := e.port.Sessions(); return len(s) == 1 && s[0].Outstanding == 0 })
+	got := e.port.Sessions()[0]
+	want := SessionInfo{Channel: got.Channel, InitiatorPort: got.InitiatorPort, Remote: got.Remote, State: "LIVE",
+		ReqLim: 16, Immediate: true, Commands: 4, ReadBytes: 8192, WriteBytes: 4096, Errors: 1,
+		CheckConditions: 1, TMFs: 1, MaxOutstanding: 1}
+	// One request at a time, but a response's SEND completion may be seen
+	// after the next request arrives.
+	if got.MaxOutstanding == 2 {
+		want.MaxOutstanding = 2
+	}
+	if got != want {
+		t.Fatalf("counters\n got %+v\nwant %+v", got, want)
+	}
+}
