@@ -733,9 +733,7 @@ func (c *channel) runWait() {
 func (c *channel) dispatch(slot int) bool {
 	b := c.iu(slot)
 	if len(b) == 0 {
-		c.stats.errors.Add(1)
-		c.log.Warn("empty IU")
-		c.postRecv(slot)
+		c.unexpectedIU(slot, b)
 		return true
 	}
 	op := srp.Opcode(b[0])
@@ -772,7 +770,7 @@ func (c *channel) dispatch(slot int) bool {
 		c.postRecv(slot)
 		c.maybeCredReq()
 	default:
-		c.unexpectedIU(slot, op, len(b))
+		c.unexpectedIU(slot, b)
 	}
 	return true
 }
@@ -780,17 +778,20 @@ func (c *channel) dispatch(slot int) bool {
 // unexpectedIU applies the policy for an IU a target port does not accept
 // on a live channel: an unknown opcode, or a misdirected one (an IU the
 // target itself sends, such as SRP_RSP or SRP_LOGIN_RSP, or a second
-// SRP_LOGIN_REQ). The first one is logged and its credit handed back (the
+// SRP_LOGIN_REQ), or an empty SEND. The first one is logged and its credit handed back (the
 // next SRP_RSP or an SRP_CRED_REQ carries it), so req_lim stays what the
 // initiator expects; a second one on the same channel gets SRP_T_LOGOUT
 // with reason 2 (invalid IU type code; T10 SRP r16a §6.6) and the channel
 // closes. Linux ib_srpt (srpt_handle_new_iu) logs "received IU with
 // unknown opcode", reposts the buffer and keeps the credit, forever.
-func (c *channel) unexpectedIU(slot int, op srp.Opcode, n int) {
+func (c *channel) unexpectedIU(slot int, b []byte) {
 	c.postRecv(slot)
 	c.stats.errors.Add(1)
 	c.badIUs++
-	opcode := fmt.Sprintf("0x%02x", uint8(op))
+	n, opcode, op := len(b), "none", "empty IU"
+	if n > 0 {
+		opcode, op = fmt.Sprintf("0x%02x", b[0]), srp.Opcode(b[0]).String()
+	}
 	if c.badIUs == 1 {
 		// Only a request the initiator paid for is paid back: when it held
 		// no credit it spent none.

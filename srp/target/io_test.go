@@ -313,6 +313,7 @@ func TestUnknownOpcode(t *testing.T) {
 		{"SRP_LOGIN_REJ", iu(0xc2, 32)},
 		{"SRP_LOGIN_REQ", iu(0x00, 64)},
 		{"one byte", []byte{0x99}},
+		{"empty SEND", []byte{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, nil)
