@@ -2,7 +2,6 @@ package iwarp
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/gosrp/gosrp/rdma"
@@ -27,7 +26,6 @@ func TestConformance(t *testing.T) {
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			rdmatest.Run(t, func(tb testing.TB) (a, b rdma.Device, addr string) {
-				skipKnownSuiteBugs(tb)
 				if v.cfg.MPARevision == 1 {
 					return rev1Agreed{NewDevice(v.cfg)}, rev1Agreed{NewDevice(v.cfg)}, "127.0.0.1:0"
 				}
@@ -87,18 +85,6 @@ func (r rev1Request) Accept(ctx context.Context, q rdma.QPConfig, pd []byte) (rd
 
 func (r rev1Request) AcceptRecv(ctx context.Context, q rdma.QPConfig, pd []byte, recvs []rdma.RecvWR) (rdma.Conn, error) {
 	return r.connRequest.AcceptRecv(ctx, rev1Agree(q), pd, recvs)
-}
-
-// skipKnownSuiteBugs skips the suite's SRQ/Empty subtest: after the SEND
-// that found the SRQ empty has torn its connection down, it posts a buffer
-// (ID 77) to the SRQ and then expects the next SEND on another connection
-// to take a buffer posted after it (ID 88). Buffers in the SRQ outlive a
-// failed connection (rdma.QPConfig.SRQ) and are consumed in posting order,
-// so 77 is taken first. TestSRQEmptyTerminates checks the behaviour here.
-func skipKnownSuiteBugs(tb testing.TB) {
-	if strings.HasSuffix(tb.Name(), "/SRQ/Empty") {
-		tb.Skip("rdmatest SRQ/Empty expects a buffer still posted in the SRQ to be gone after its connection failed; see TestSRQEmptyTerminates")
-	}
 }
 
 func BenchmarkProvider(b *testing.B) {
