@@ -517,3 +517,6 @@ func (p *rawPeer) recvIU() ([]byte, error) {
 func targetCfgSmall(maxTotal int) target.Config {
 	return target.Config{RQSize: 16, MaxTotalChannels: maxTotal}
 }
+
+// iwarpCRC is a target device configuration that asks for the MPA CRC.
+func iwarpCRC() iwarp.Config { return iwarp.Config{CRC: true} }
