@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -230,6 +230,59 @@ type rawPeer struct {
 	// rxMSN is the MSN of the next Send expected from the target.
 	rxMSN uint32
 	mu    sync.Mutex
+	// holdReads leaves the target's RDMA Read Requests unanswered (they
+	// collect in heldReads); else they are answered with readData.
+	holdReads bool
+	heldReads []readRequest
+	// readData gives the bytes of an RDMA READ of the peer's memory; nil
+	// answers with a repeating pattern.
+	readData func(r readRequest) []byte
+	// writes records every tagged RDMA WRITE segment the target sent.
+	writes []writeSeg
+}
+
+// readRequest is an RDMA Read Request received from the target (RFC 5040
+// §4.4).
+type readRequest struct {
+	SinkSTag   uint32
+	SinkTO     uint64
+	Size       uint32
+	SourceSTag uint32
+	SourceTO   uint64
+}
+
+// writeSeg is one RDMA WRITE segment received from the target.
+type writeSeg struct {
+	STag uint32
+	TO   uint64
+	N    int
+}
+
+// answerRead sends the Read Response to r (RFC 5040 §4.5), in segments of
+// at most 32 KiB.
+func (p *rawPeer) answerRead(r readRequest) error {
+	var data []byte
+	if p.readData != nil {
+		data = p.readData(r)
+	} else {
+		data = make([]byte, r.Size)
+		for i := range data {
+			data[i] = byte(i*7 + 3)
+		}
+	}
+	off := 0
+	for {
+		n := min(len(data)-off, 32<<10)
+		last := off+n == len(data)
+		u := append(tagged(last, 2, r.SinkSTag, r.SinkTO+uint64(off)), data[off:off+n]...)
+		if err := p.write(p.fpdu(u)); err != nil {
+			return err
+		}
+		off += n
+		if last {
+			return nil
+		}
+	}
 }
 
 func dialRaw(t *testing.T, addr string) *rawPeer {
@@ -494,6 +547,23 @@ func (p *rawPeer) recvIU() ([]byte, error) {
 			return nil, err
 		}
 		if f.tagged {
+			if f.opcode == 0 {
+				p.writes = append(p.writes, writeSeg{STag: f.stag, TO: f.to, N: len(f.payload)})
+			}
+			continue
+		}
+		if f.opcode == 1 && f.qn == 1 {
+			h := f.ulpdu[18:]
+			r := readRequest{
+				SinkSTag: binary.BigEndian.Uint32(h[0:]), SinkTO: binary.BigEndian.Uint64(h[4:]),
+				Size: binary.BigEndian.Uint32(h[12:]), SourceSTag: binary.BigEndian.Uint32(h[16:]),
+				SourceTO: binary.BigEndian.Uint64(h[20:]),
+			}
+			if p.holdReads {
+				p.heldReads = append(p.heldReads, r)
+			} else if err := p.answerRead(r); err != nil {
+				return nil, err
+			}
 			continue
 		}
 		switch f.opcode {
@@ -507,7 +577,7 @@ func (p *rawPeer) recvIU() ([]byte, error) {
 				return msg, nil
 			}
 		case 7:
-			return nil, errors.New("terminate: % x" + strings.Repeat("", 0))
+			return nil, fmt.Errorf("target sent a Terminate: % x", f.payload)
 		}
 	}
 }
