@@ -76,6 +76,11 @@ type Config struct {
 	// instead of a ring of 2*RQSize+4 buffers each: memory stays
 	// SRQSize*MaxReqSize bytes however many channels log in. The device
 	// must implement rdma.SRQDevice, else NewPort fails with ErrNoSRQ.
+	// The buffers are shared, not reserved: when the channels together
+	// hold more IUs than SRQSize (each may hold up to 2*RQSize), further
+	// SENDs wait for a buffer (RNR on InfiniBand; fatal to the connection
+	// on iWARP, which has no RNR retry), so size SRQSize for the expected
+	// load, as with ib_srpt's srpt_srq_size.
 	UseSRQ bool
 	// SRQSize is the shared receive queue's depth in receive buffers
 	// (IUs), 4..65535; 0 means DefaultSRQSize. Used only with UseSRQ.
