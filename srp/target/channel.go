@@ -254,12 +254,23 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 	c.ctx, c.stop = context.WithCancel(context.Background())
 
 	p.mu.Lock()
-	if !p.enabled || p.closed {
+	var refuse error
+	switch {
+	case !p.enabled || p.closed:
+		refuse = errors.New("port disabled")
+	case pl == nil && len(p.channels) >= cfg.MaxTotalChannels:
+		refuse = errTooManyChannels
+	case pl != nil && p.channelsLocked(pl.terminate) >= cfg.MaxTotalChannels:
+		// Checked again here, where the channel joins the port: logins
+		// racing past prepareLogin's check must not overshoot.
+		refuse = errTooManyChannels
+	}
+	if refuse != nil {
 		p.mu.Unlock()
 		c.freeRecvRing()
 		_ = c.sendMR.Deregister()
 		c.stop()
-		return nil, errors.New("port disabled")
+		return nil, refuse
 	}
 	p.nextCh++
 	c.id = p.nextCh

@@ -145,3 +145,40 @@ func TestSessionCounters(t *testing.T) {
 		t.Fatalf("counters\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// TestMaxTotalChannelsConcurrent: logins racing for the last places never
+// overshoot MaxTotalChannels.
+func TestMaxTotalChannelsConcurrent(t *testing.T) {
+	const limit, tries = 3, 10
+	e := newEnv(t, func(c *Config) { c.MaxTotalChannels = limit })
+	type result struct {
+		ok     bool
+		reason uint32
+	}
+	results := make(chan result, tries)
+	for k := range tries {
+		go func() {
+			lr := defaultLogin()
+			lr.InitiatorPortID[15] = byte(k)
+			_, pd, err := e.dial(lr)
+			if err != nil && len(pd) >= 8 {
+				results <- result{reason: binary.BigEndian.Uint32(pd[4:])}
+				return
+			}
+			results <- result{ok: err == nil}
+		}()
+	}
+	accepted := 0
+	for range tries {
+		r := <-results
+		switch {
+		case r.ok:
+			accepted++
+		case r.reason != 0x10001:
+			t.Errorf("login refused with reason %#x, want 0x10001", r.reason)
+		}
+	}
+	if accepted != limit {
+		t.Fatalf("%d logins accepted, want %d", accepted, limit)
+	}
+}

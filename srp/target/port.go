@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"slices"
 	"sync"
 
 	"github.com/gosrp/gosrp/rdma"
@@ -338,6 +339,12 @@ func (p *Port) HandleConnRequest(ctx context.Context, req rdma.ConnRequest) {
 		return
 	}
 	c, err := p.newChannel(pl, req.RemoteAddr(), log)
+	if errors.Is(err, errTooManyChannels) {
+		p.abandon(pl)
+		log.Warn("login rejected", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]), "err", err, "max_total_channels", p.cfg.MaxTotalChannels)
+		_ = req.Reject(rejectIU(lr.Tag, srp.RejInsufficientResources))
+		return
+	}
 	if err != nil {
 		p.abandon(pl)
 		log.Error("channel setup failed", "err", err)
@@ -372,6 +379,11 @@ func (p *Port) acceptIUForm(ctx context.Context, req rdma.ConnRequest, log *slog
 		return
 	}
 	c, err := p.newChannel(nil, req.RemoteAddr(), log)
+	if errors.Is(err, errTooManyChannels) {
+		log.Warn("connection refused", "err", err, "max_total_channels", p.cfg.MaxTotalChannels)
+		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
+		return
+	}
 	if err != nil {
 		log.Error("channel setup failed", "err", err)
 		_ = req.Reject(rejectIU(0, srp.RejInsufficientResources))
@@ -487,16 +499,7 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 			pl.rspFlags |= srp.LoginRspTerminated
 		}
 	}
-	// Channels this SINGLE login replaces are about to go; everything else
-	// that holds rings counts, IU-form connections awaiting their login
-	// (which were counted when they connected) aside.
-	total := -len(pl.terminate)
-	for c := range p.channels {
-		if c.nx != nil {
-			total++
-		}
-	}
-	if total >= p.cfg.MaxTotalChannels {
+	if total := p.channelsLocked(pl.terminate); total >= p.cfg.MaxTotalChannels {
 		log.Warn("login rejected: the port holds its most channels (max_total_channels)", "initiator", key, "channels", total, "max_total_channels", p.cfg.MaxTotalChannels)
 		p.dropNexusLocked(nx)
 		return nil, srp.RejInsufficientResources
@@ -504,6 +507,23 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 	pl.nx = nx
 	return pl, 0
 }
+
+// channelsLocked counts the channels a login competes with for
+// MaxTotalChannels: every channel holding rings, except those the login
+// replaces (about to go) and IU-form connections still awaiting their login
+// (counted when they connected). p.mu is held.
+func (p *Port) channelsLocked(replaced []*channel) int {
+	n := 0
+	for c := range p.channels {
+		if c.nx != nil && !slices.Contains(replaced, c) {
+			n++
+		}
+	}
+	return n
+}
+
+// errTooManyChannels: the port holds MaxTotalChannels channels.
+var errTooManyChannels = errors.New("the port holds its most channels (max_total_channels)")
 
 // abandon undoes prepareLogin after a failed accept.
 func (p *Port) abandon(pl *pendingLogin) {
