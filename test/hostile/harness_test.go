@@ -58,6 +58,9 @@ type tgt struct {
 type tgtOpts struct {
 	iw   iwarp.Config
 	port target.Config
+	// aclOnly turns demo mode off: only the well-behaved initiator's port
+	// GUID has an ACL.
+	aclOnly bool
 }
 
 // ctxFor returns a context ending before the test's deadline (at most d).
@@ -92,7 +95,14 @@ func startTarget(t *testing.T, o tgtOpts) *tgt {
 	}
 	pc := o.port
 	pc.ServiceGUID = guid
-	pc.DemoMode = true
+	pc.DemoMode = !o.aclOnly
+	if o.aclOnly {
+		m, err := target.ParseInitiator("0000:0000:0000:600d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.ACLs = []target.ACL{{Initiator: m}}
+	}
 	if pc.LogoutTimeout == 0 {
 		pc.LogoutTimeout = 500 * time.Millisecond
 	}
