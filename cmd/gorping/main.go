@@ -10,7 +10,7 @@
 // The flags are rping's: -s server, -c client, -a address (the server's
 // listening address, default all), -p port (default 7174), -C ping count
 // (0: until interrupted; the server serves one client until it
-// disconnects), -S ping data size in bytes (26..65535, default 64), -v print
+// disconnects, and with -C fails if the client stopped short of it), -S ping data size in bytes (26..65535, default 64), -v print
 // the ping data, -V validate it (the client compares what came back; the
 // server checks what it read against rping's pattern), -d debug logging
 // (includes the negotiated MPA revision and CRC). Beyond rping: --crc asks
