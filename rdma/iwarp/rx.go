@@ -264,6 +264,13 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 		if h.TO < e.sinkTO || off > uint64(e.length) || uint64(n) > uint64(e.length)-off {
 			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTBaseBounds, hl, "%d bytes at TO %#x outside the %d-byte sink at %#x", n, h.TO, e.length, e.sinkTO), n+pad)
 		}
+		// The response fills the sink in order and exactly (as Linux siw,
+		// siw_rresp_check_ntoh): a segment that skips or rewrites bytes, or
+		// a last segment short of the RDMA Read Message Size, would leave
+		// bytes of the sink the peer never sent.
+		if off != uint64(e.placed) || h.Last && e.placed+n != e.length {
+			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTBaseBounds, hl, "%d bytes at offset %d of the %d-byte sink, %d placed so far (last %v)", n, off, e.length, e.placed, h.Last), n+pad)
+		}
 		if err := c.placeSGL(e.sgl, int(off), n, pad); err != nil {
 			return err
 		}
@@ -284,7 +291,6 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 		}
 		if e != nil {
 			e.state = sqDone
-			e.length = min(e.length, e.placed)
 			bound = e.seq
 		}
 		c.confirmLocked(bound)
