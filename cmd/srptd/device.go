@@ -44,12 +44,16 @@ type srptIdentity struct {
 	// is not set: the node GUID (be64_to_cpu(node_guid)). It is id_ext and
 	// ioc_guid of the SRP target port ID and the IB CM service ID.
 	serviceGUID uint64
-	// portName is the port's LIO target name ("%04x:%04x:%04x:%04x" of GID
-	// 0's interface ID, srpt_refresh_port): the SCSI target port name an
-	// ib_srpt LUN reports in VPD page 83h (as "<name>,t,0x0001").
+	// portName is the port's GUID-form name ("%04x:%04x:%04x:%04x" of GID
+	// 0's interface ID, srpt_refresh_port), one of the two LIO configfs
+	// accepts as the target directory.
 	portName string
 	// portGIDName is ib_srpt's other name for the port: "0x" and the 32
-	// hex digits of GID 0.
+	// hex digits of GID 0. It is the target name ib_srpt reports, whichever
+	// of the two configfs used: srpt_make_tport copies gid_name into a new
+	// target unless the target is already sport->guid_id, which it becomes
+	// only afterwards (Linux 5.15 on; LIO's VPD page 83h on Debian 12's
+	// kernel reads "0xfe80...,t,0x0001" for a target made as "xxxx:...").
 	portGIDName string
 }
 
@@ -67,9 +71,9 @@ func srptIdentityOf(info verbs.DeviceInfo, port int) (srptIdentity, bool) {
 }
 
 // targetPortName is the SCSI target port name ib_srpt gives the HCA port
-// of a verbs port section (srptIdentity.portName: the LIO target name its
-// LUNs report in VPD page 83h as "<name>,t,0x0001"), or "" for a device
-// without one (iwarp).
+// of a verbs port section (srptIdentity.portGIDName: its LUNs report
+// "<name>,t,0x0001" in the SCSI name string designator of VPD page 83h,
+// spc_emulate_evpd_83 with tag 1), or "" for a device without one (iwarp).
 func targetPortName(dev rdma.Device, p PortSection) string {
 	d, ok := dev.(*verbs.Device)
 	if !ok {
@@ -79,5 +83,5 @@ func targetPortName(dev rdma.Device, p PortSection) string {
 	if !ok {
 		return ""
 	}
-	return id.portName
+	return id.portGIDName
 }

@@ -91,6 +91,11 @@ check "LIO reports a relative target port ($(cat "$RUN/rtp-lio"))" test -s "$RUN
 check "srptd's relative target port $(cat "$RUN/rtp-srptd") is LIO's $(cat "$RUN/rtp-lio")" \
 	test "$(cat "$RUN/rtp-srptd")" = "$(cat "$RUN/rtp-lio")"
 log "LIO's SCSI name string: '$(cat "$RUN/name-lio")' (ib_srpt port $lport, tag 1)"
+# the name srptd computes for rxe0's port (cmd/srptd targetPortName) is the
+# one LIO reports: ib_srpt's GID-form name, whichever form configfs used
+gidname=$(sed -n 's/.*msg="verbs device".* srpt_port_gid=\([^ ]*\).*/\1/p' "$RUN/srptd-false.log" | head -1)
+check "LIO's target port SCSI name string is srptd's srpt_port_gid $gidname with tag 1" \
+	test "$(cat "$RUN/name-lio")" = "$gidname,t,0x0001"
 if [ -s "$RUN/name-srptd" ]; then
 	check "srptd's SCSI name string '$(cat "$RUN/name-srptd")' is LIO's" \
 		test "$(cat "$RUN/name-srptd")" = "$(cat "$RUN/name-lio")"

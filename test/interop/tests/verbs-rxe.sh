@@ -184,8 +184,11 @@ fi
 chans=$(grep -c 'msg="channel connected"' "$RUN/srptd-srq.log")
 check "use_srq: ib_srp opened two channels ($chans)" test "$chans" -ge 2
 grep 'msg="channel connected"' "$RUN/srptd-srq.log"
-fio_run srq-rw4k --filename="$disk" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=32 --numjobs=2 \
-	--size=8M --verify=crc32c --do_verify=1 --verify_fatal=1 || fail "use_srq: fio 4k randwrite + verify"
+# two jobs on the two vCPUs (so both blk-mq queues, so both channels),
+# each writing and verifying its own 8 MiB
+fio_run srq-rw4k --filename="$disk" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=32 \
+	--numjobs=2 --offset_increment=8M --size=8M --cpus_allowed=0-1 --cpus_allowed_policy=split \
+	--verify=crc32c --do_verify=1 --verify_fatal=1 || fail "use_srq: fio 4k randwrite + verify"
 fio_run srq-seq1m --filename="$disk" --direct=1 --ioengine=libaio --rw=write --bs=1M --iodepth=4 \
 	--offset=64M --size=32M --verify=crc32c --do_verify=1 --verify_fatal=1 || fail "use_srq: fio 1M seq write + verify"
 sum1=$(timeout 120 md5sum <"$disk" | cut -d' ' -f1)
