@@ -9,6 +9,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
@@ -59,6 +60,7 @@ type event struct {
 	res      scsi.Result
 	tmf      *tmfOp // TaskManagement returned
 	tick     bool   // the logout timer fired
+	noLogin  bool   // the login timer fired
 }
 
 // channel is one RDMA channel: a connected queue pair, its receive and send
@@ -119,6 +121,7 @@ type channel struct {
 	stats      chanStats
 	inRunWait  bool
 	prePosted  bool                        // the receive ring was posted by AcceptRecv
+	loginTimer *time.Timer                 // bounds the wait for an IU-form login
 	pool       map[int][]rdma.MemoryRegion // free data buffers by size class
 	inUse      map[rdma.MemoryRegion]struct{}
 
@@ -260,7 +263,7 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 		refuse = errors.New("port disabled")
 	case pl == nil && len(p.channels) >= cfg.MaxTotalChannels:
 		refuse = errTooManyChannels
-	case pl != nil && p.channelsLocked(pl.terminate) >= cfg.MaxTotalChannels:
+	case pl != nil && p.channelsLocked(nil, pl.terminate) >= cfg.MaxTotalChannels:
 		// Checked again here, where the channel joins the port: logins
 		// racing past prepareLogin's check must not overshoot.
 		refuse = errTooManyChannels
@@ -432,6 +435,13 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 	c.log.Info("channel connected", "remote", addrString(conn.RemoteAddr()), "imm", c.immOffset > 0, "established", established)
 	if established {
 		c.transition(evEstablished)
+	} else {
+		c.loginTimer = time.AfterFunc(c.cfg.LoginTimeout, func() {
+			select {
+			case c.events <- event{noLogin: true}:
+			case <-c.done:
+			}
+		})
 	}
 	c.updateSnap()
 	for c.state != stateDisconnected {
@@ -562,6 +572,9 @@ func solBit(b bool) uint8 {
 // release frees every resource of a drained channel.
 func (c *channel) release() {
 	c.stop()
+	if c.loginTimer != nil {
+		c.loginTimer.Stop()
+	}
 	for mr := range c.inUse {
 		_ = mr.Deregister()
 	}
@@ -617,6 +630,12 @@ func (c *channel) handle(ev event) {
 		c.executing--
 		c.onTMFDone(ev.tmf)
 		c.pump()
+	case ev.noLogin:
+		if c.state == stateConnecting {
+			c.stats.errors.Add(1)
+			c.log.Warn("no SRP_LOGIN_REQ within login_timeout; closing the connection", "login_timeout", c.cfg.LoginTimeout)
+			c.closeNow("login timeout")
+		}
 	case ev.tick:
 		if c.pendClose && c.state == stateDisconnecting {
 			c.log.Debug("logout SEND not completed in time")

@@ -511,7 +511,7 @@ func (c *channel) onLoginIU(slot int) {
 		}
 	} else {
 		tag = lr.Tag
-		pl, reason = c.port.prepareLogin(lr, c.conn.RemoteAddr(), c.log)
+		pl, reason = c.port.prepareLogin(lr, c.conn.RemoteAddr(), c, c.log)
 	}
 	i := c.cfg.RQSize + sendLogout
 	if reason != 0 {

@@ -22,6 +22,7 @@ const (
 	// DefaultMaxTotalChannels bounds the channels of one port.
 	DefaultMaxTotalChannels = 1024
 	DefaultSRQSize          = 4095 // receive buffers; ib_srpt srpt_srq_size
+	DefaultLoginTimeout     = 10 * time.Second
 )
 
 // Config configures one SRP target port. Zero fields take the defaults
@@ -96,6 +97,11 @@ type Config struct {
 	// ACLs admit initiators when DemoMode is off; the first match wins.
 	ACLs []ACL
 
+	// LoginTimeout bounds how long a connection accepted without a login in
+	// its private data waits for the SRP_LOGIN_REQ IU; then it is closed,
+	// so idle connections cannot hold receive rings and MaxTotalChannels
+	// places. 0 means DefaultLoginTimeout.
+	LoginTimeout time.Duration
 	// LogoutTimeout bounds how long a close waits for the SRP_T_LOGOUT
 	// send to complete before tearing the connection down. Zero means 2 s.
 	LogoutTimeout time.Duration
@@ -134,6 +140,9 @@ func (c Config) withDefaults() Config {
 	if c.RelativePort == 0 {
 		c.RelativePort = 1
 	}
+	if c.LoginTimeout == 0 {
+		c.LoginTimeout = DefaultLoginTimeout
+	}
 	if c.LogoutTimeout == 0 {
 		c.LogoutTimeout = 2 * time.Second
 	}
@@ -163,6 +172,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_channels: %d must be at least 1", c.MaxChannels)
 	case c.SRQSize < 4 || c.SRQSize > 65535:
 		return fmt.Errorf("srq_size: %d receive buffers out of range 4..65535", c.SRQSize)
+	case c.LoginTimeout < 0:
+		return fmt.Errorf("login_timeout: %v must not be negative", c.LoginTimeout)
 	case c.MaxTotalChannels < 1:
 		return fmt.Errorf("max_total_channels: %d must be at least 1", c.MaxTotalChannels)
 	}

@@ -51,7 +51,9 @@
 //     keeps the channel open, but never returns the credit its receive
 //     path took (srpt_recv_done decrements req_lim for every IU).
 //   - Config.MaxTotalChannels bounds the channels of the port (ib_srpt has
-//     no such bound); logins beyond it get LOGIN_REJ 0x10001.
+//     no such bound); logins beyond it get LOGIN_REJ 0x10001. IU-form
+//     connections count from the moment they are accepted and are closed
+//     when no SRP_LOGIN_REQ arrives within Config.LoginTimeout.
 //   - Port.SetAccess applies to live channels: those that lost their ACL,
 //     or whose LUN map or read-only set changed, get SRP_T_LOGOUT; the
 //     others run on. ib_srpt leaves existing sessions alone when an ACL

@@ -3,6 +3,7 @@ package target
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"github.com/gosrp/gosrp/srp"
 )
@@ -180,5 +181,50 @@ func TestMaxTotalChannelsConcurrent(t *testing.T) {
 	}
 	if accepted != limit {
 		t.Fatalf("%d logins accepted, want %d", accepted, limit)
+	}
+}
+
+// TestLoginTimeout: a connection accepted without a login whose
+// SRP_LOGIN_REQ IU never comes is closed after LoginTimeout, releasing its
+// rings.
+func TestLoginTimeout(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.LoginTimeout = 50 * time.Millisecond })
+	i, _, err := e.dialRaw(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ius := i.waitClosed(); len(ius) != 0 {
+		t.Fatalf("IUs before the close: % x", ius)
+	}
+	waitFor(t, e, func() bool {
+		e.port.mu.Lock()
+		defer e.port.mu.Unlock()
+		return len(e.port.channels) == 0
+	})
+}
+
+// TestMaxTotalChannelsIUForm: IU-form connections awaiting their login
+// count against MaxTotalChannels, so a port full of them refuses a login in
+// the private data; a login arriving on one of them is not refused for the
+// place it already holds.
+func TestMaxTotalChannelsIUForm(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.MaxTotalChannels = 2 })
+	var idle []*ini
+	for range 2 {
+		i, _, err := e.dialRaw(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, i)
+	}
+	lr := defaultLogin()
+	lr.InitiatorPortID[15] = 0x77
+	if _, pd, err := e.dial(lr); err == nil || len(pd) < 8 || binary.BigEndian.Uint32(pd[4:]) != 0x10001 {
+		t.Fatalf("want LOGIN_REJ 0x00010001, got % x, %v", pd, err)
+	}
+	lr = defaultLogin()
+	idle[0].sendIU(&lr)
+	if b := idle[0].next(); len(b) != 52 || b[0] != 0xc0 {
+		t.Fatalf("IU-form login: want SRP_LOGIN_RSP, got % x", b)
 	}
 }

@@ -332,7 +332,7 @@ func (p *Port) HandleConnRequest(ctx context.Context, req rdma.ConnRequest) {
 		_ = req.Reject(rejectIU(0, srp.RejUnableEstablishChannel))
 		return
 	}
-	pl, reason := p.prepareLogin(lr, req.RemoteAddr(), log)
+	pl, reason := p.prepareLogin(lr, req.RemoteAddr(), nil, log)
 	if reason != 0 {
 		log.Info("login rejected", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]), "reason", reason)
 		_ = req.Reject(rejectIU(lr.Tag, reason))
@@ -411,9 +411,10 @@ type pendingLogin struct {
 
 // prepareLogin validates a login request in the order ib_srpt does
 // (srpt_cm_req_recv) plus the buffer-format and multichannel checks, and
-// reserves the channel's place in its I_T nexus. It returns the reject
-// reason, or 0 and the prepared login.
-func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Logger) (*pendingLogin, srp.RejectReason) {
+// reserves the channel's place in its I_T nexus. self is the IU-form
+// connection the login arrived on (nil for a login in the connect
+// request). It returns the reject reason, or 0 and the prepared login.
+func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, self *channel, log *slog.Logger) (*pendingLogin, srp.RejectReason) {
 	if lr.ReqITIULen < srp.LoginReqSize || lr.ReqITIULen > uint32(p.cfg.MaxReqSize) {
 		return nil, srp.RejReqITIULenTooLarge
 	}
@@ -499,7 +500,7 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 			pl.rspFlags |= srp.LoginRspTerminated
 		}
 	}
-	if total := p.channelsLocked(pl.terminate); total >= p.cfg.MaxTotalChannels {
+	if total := p.channelsLocked(self, pl.terminate); total >= p.cfg.MaxTotalChannels {
 		log.Warn("login rejected: the port holds its most channels (max_total_channels)", "initiator", key, "channels", total, "max_total_channels", p.cfg.MaxTotalChannels)
 		p.dropNexusLocked(nx)
 		return nil, srp.RejInsufficientResources
@@ -509,13 +510,14 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, log *slog.Log
 }
 
 // channelsLocked counts the channels a login competes with for
-// MaxTotalChannels: every channel holding rings, except those the login
-// replaces (about to go) and IU-form connections still awaiting their login
-// (counted when they connected). p.mu is held.
-func (p *Port) channelsLocked(replaced []*channel) int {
+// MaxTotalChannels: every channel holding rings (IU-form connections still
+// awaiting their login included), except self (the IU-form connection the
+// login came on, already counted) and those the login replaces (about to
+// go). p.mu is held.
+func (p *Port) channelsLocked(self *channel, replaced []*channel) int {
 	n := 0
 	for c := range p.channels {
-		if c.nx != nil && !slices.Contains(replaced, c) {
+		if c != self && !slices.Contains(replaced, c) {
 			n++
 		}
 	}
