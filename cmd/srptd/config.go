@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"sort"
@@ -172,7 +173,7 @@ func ParseSize(str string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || f*float64(mul) > 1<<62 {
+	if err != nil || math.IsNaN(f) || f < 0 || f*float64(mul) > 1<<62 {
 		return 0, fmt.Errorf("bad size %q (want bytes or a number with KiB, MiB, GiB, TiB)", str)
 	}
 	return int64(f * float64(mul)), nil
@@ -356,6 +357,9 @@ func (c *Config) validate() error {
 		}
 		acls[m.String()] = true
 	}
+	if c.Target.ShutdownTimeout < 0 {
+		return ferr("target.shutdown_timeout", "%v is negative", time.Duration(c.Target.ShutdownTimeout))
+	}
 	if a := c.Metrics.Listen; a != "" {
 		if _, _, err := splitHostPort(a); err != nil {
 			return ferr("metrics.listen", "%v", err)
@@ -378,7 +382,7 @@ func validateLUN(f string, l LUNSection) error {
 		return ferr(f+".lun", "required (the LUN number, 0..16383)")
 	}
 	if *l.LUN > 16383 {
-		return ferr(f+".lun", "%d out of range 0..16383", *l.LUN)
+		return ferr(f+".lun", "%s out of range 0..16383", lunText(*l.LUN))
 	}
 	switch l.Backstore {
 	case "ram":
@@ -405,8 +409,14 @@ func validateLUN(f string, l LUNSection) error {
 	default:
 		return ferr(f+".block_size", "%d is not 512, 1024, 2048 or 4096", l.BlockSize)
 	}
-	if l.Size > 0 && l.BlockSize > 0 && int64(l.Size)%int64(l.BlockSize) != 0 {
-		return ferr(f+".size", "%d bytes is not a multiple of block_size %d", l.Size, l.BlockSize)
+	// A RAM or file LUN without block_size has 512-byte blocks; its size
+	// is a whole number of blocks, at least one.
+	bs := int64(l.BlockSize)
+	if bs == 0 {
+		bs = defaultBlockSize
+	}
+	if l.Size > 0 && int64(l.Size)%bs != 0 {
+		return ferr(f+".size", "%d bytes is not a multiple of block_size %d", l.Size, bs)
 	}
 	if l.WWN != "" {
 		if _, err := parseWWN(l.WWN); err != nil {
@@ -437,22 +447,36 @@ func validateACL(f string, a ACLSection, luns map[uint64]bool) (target.Initiator
 			return m, ferr(f+".luns."+k, "%q is not a LUN number 0..16383", k)
 		}
 		if !luns[v] {
-			return m, ferr(f+".luns."+k, "target LUN %d is not configured", v)
+			return m, ferr(f+".luns."+k, "target LUN %s is not configured", lunText(v))
 		}
 	}
 	seen := map[uint64]bool{}
 	for _, n := range a.ReadOnly {
 		switch {
 		case seen[n]:
-			return m, ferr(f+".read_only", "LUN %d listed twice", n)
+			return m, ferr(f+".read_only", "LUN %s listed twice", lunText(n))
 		case len(a.LUNs) > 0 && !hasKey(a.LUNs, n):
-			return m, ferr(f+".read_only", "LUN %d is not a key of luns (read_only names the LUNs the initiator sees)", n)
+			return m, ferr(f+".read_only", "LUN %s is not a key of luns (read_only names the LUNs the initiator sees)", lunText(n))
 		case len(a.LUNs) == 0 && !luns[n]:
-			return m, ferr(f+".read_only", "LUN %d is not configured", n)
+			return m, ferr(f+".read_only", "LUN %s is not configured", lunText(n))
 		}
 		seen[n] = true
 	}
 	return m, nil
+}
+
+// defaultBlockSize is the logical block size of RAM and file LUNs without
+// block_size, in bytes.
+const defaultBlockSize = 512
+
+// lunText formats a LUN number decoded into a uint64: the TOML decoder
+// stores a negative integer there as its two's complement, which is
+// printed as the negative number the file holds.
+func lunText(n uint64) string {
+	if int64(n) < 0 {
+		return strconv.FormatInt(int64(n), 10)
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 func hasKey(m map[string]uint64, n uint64) bool {
@@ -534,10 +558,11 @@ func (c *Config) Encode() ([]byte, error) {
 
 func parseGUID(s string) (uint64, error) {
 	t := strings.ReplaceAll(strings.TrimPrefix(strings.ToLower(s), "0x"), ":", "")
-	if len(t) != 16 {
+	g, err := strconv.ParseUint(t, 16, 64)
+	if len(t) != 16 || err != nil {
 		return 0, fmt.Errorf("%q: want 16 hex digits (optionally xxxx:xxxx:xxxx:xxxx)", s)
 	}
-	return strconv.ParseUint(t, 16, 64)
+	return g, nil
 }
 
 func parseWWN(s string) ([16]byte, error) {

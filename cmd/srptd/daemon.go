@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -143,6 +145,17 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	case "ram":
 		st.bs = backstore.NewRAM(int64(sec.Size))
 	case "file", "block":
+		fi, statErr := os.Stat(st.path)
+		if statErr == nil {
+			if other, ok := d.lunOnFile(fi); ok {
+				return ferr(field+".path", "%s is already the backstore of LUN %d", st.path, other)
+			}
+			// Shrinking an image would discard the data past the new
+			// end, which initiators were told is stored.
+			if sec.Size > 0 && !sec.ReadOnly && fi.Mode().IsRegular() && fi.Size() > int64(sec.Size) {
+				return ferr(field+".size", "%d bytes is less than the %d bytes of %s; srptd does not shrink an image (set size = 0 to use the file's length)", sec.Size, fi.Size(), st.path)
+			}
+		}
 		fb, err := backstore.OpenFile(st.path, backstore.FileOptions{Size: int64(sec.Size), ReadOnly: sec.ReadOnly})
 		if err != nil {
 			return ferr(field+".path", "%v", err)
@@ -152,13 +165,33 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 			return ferr(field+".path", "%s is not a block device (use backstore = \"file\")", st.path)
 		}
 		st.bs = fb
+		if errors.Is(statErr, fs.ErrNotExist) && sec.Serial == "" && sec.WWN == "" {
+			// A new, empty image is a new disk: a serial stored for an
+			// image that is gone would present it as the old one.
+			forgot, err := d.ident.forgetLUN(n)
+			if err != nil {
+				_ = st.bs.Close()
+				return fmt.Errorf("%s: storing the serial: %w", field, err)
+			}
+			if forgot {
+				d.log.Warn("LUN image was missing: created an empty one, with a new serial", "lun", n, "path", st.path)
+			}
+		}
+	}
+	if bs := lunBlockSize(sec, st.bs); st.bs.Size() < int64(bs) {
+		_ = st.bs.Close()
+		k := ".size"
+		if sec.Size == 0 {
+			k = ".path"
+		}
+		return ferr(field+k, "%s holds %d bytes, less than one %d-byte block", lunWhat(st.path), st.bs.Size(), bs)
 	}
 	st.serial = sec.Serial
 	if st.serial == "" && sec.WWN == "" {
 		s, err := d.ident.lunSerial(n)
 		if err != nil {
 			_ = st.bs.Close()
-			return fmt.Errorf("%s: storing the serial: %w", field, err)
+			return fmt.Errorf("%s: serial: %w", field, err)
 		}
 		st.serial = s
 	}
@@ -189,6 +222,40 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	d.stats.Store(&t)
 	d.log.Info("LUN ready", "lun", n, "name", sec.Name, "backstore", sec.Backstore, "path", st.path, "bytes", st.bs.Size(), "serial", st.serial)
 	return nil
+}
+
+// lunOnFile returns the attached LUN whose backstore is the file or device
+// fi describes. Caller holds d.mu.
+func (d *daemon) lunOnFile(fi os.FileInfo) (uint64, bool) {
+	for _, n := range slices.Sorted(maps.Keys(d.luns)) {
+		if p := d.luns[n].path; p != "" {
+			if ofi, err := os.Stat(p); err == nil && os.SameFile(fi, ofi) {
+				return n, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// lunBlockSize is the logical block size sec's logical unit will have, in
+// bytes: block_size, else the device's logical block size, else 512 (as
+// scsi.NewLogicalUnit chooses).
+func lunBlockSize(sec LUNSection, bs backstore.Backstore) int {
+	if sec.BlockSize > 0 {
+		return sec.BlockSize
+	}
+	if b, ok := bs.(backstore.BlockSizer); ok && b.LogicalBlockSize() > 0 {
+		return b.LogicalBlockSize()
+	}
+	return defaultBlockSize
+}
+
+// lunWhat names a backstore in errors: its path, or "the RAM backstore".
+func lunWhat(path string) string {
+	if path == "" {
+		return "the RAM backstore"
+	}
+	return path
 }
 
 // openLUNs attaches every configured LUN.
@@ -250,7 +317,7 @@ wait:
 		}
 	}
 	closeStore(st.bs, d.log)
-	if err := d.ident.forgetLUN(n); err != nil {
+	if _, err := d.ident.forgetLUN(n); err != nil {
 		d.log.Warn("identity not updated", "err", err)
 	}
 	d.log.Info("LUN removed", "lun", n)

@@ -75,6 +75,9 @@ func (id *identity) lunSerial(n uint64) (string, error) {
 	defer id.mu.Unlock()
 	k := strconv.FormatUint(n, 10)
 	if s, ok := id.LUNs[k]; ok && s != "" {
+		if !validSerial(s) {
+			return "", fmt.Errorf("%s: luns.%s: serial %q is not 1..64 printable ASCII characters (correct it, or delete the entry to make LUN %d a new disk)", id.path, k, s, n)
+		}
 		return s, nil
 	}
 	var b [8]byte
@@ -85,16 +88,30 @@ func (id *identity) lunSerial(n uint64) (string, error) {
 }
 
 // forgetLUN drops the serial of a removed LUN, so a new LUN under that
-// number is a new disk.
-func (id *identity) forgetLUN(n uint64) error {
+// number is a new disk. It reports whether a serial was stored.
+func (id *identity) forgetLUN(n uint64) (bool, error) {
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	k := strconv.FormatUint(n, 10)
 	if _, ok := id.LUNs[k]; !ok {
-		return nil
+		return false, nil
 	}
 	delete(id.LUNs, k)
-	return id.saveLocked()
+	return true, id.saveLocked()
+}
+
+// validSerial reports whether s can be a unit serial number (VPD 80h):
+// 1..64 printable ASCII characters.
+func validSerial(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 func (id *identity) saveLocked() error {
@@ -115,6 +132,11 @@ func writeFileAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
+		// Name the file being written, not the temporary one.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return &fs.PathError{Op: "write", Path: path, Err: pe.Err}
+		}
 		return err
 	}
 	tmp := f.Name()

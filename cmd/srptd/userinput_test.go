@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestConfigErrorsValues: values that parse but make no sense are refused
+// by -check, with the key named.
+func TestConfigErrorsValues(t *testing.T) {
+	base := "[[port]]\nlisten=[\"127.0.0.1:0\"]\n" // lines 1-2
+	lun := func(extra string) string { return base + "[[lun]]\nlun=0\nbackstore=\"ram\"\n" + extra }
+	for _, tc := range []struct{ cfg, want string }{
+		// NaN parses as a float; it is no size.
+		{lun("size=\"NaN\"\n"), `srptd.toml:6: lun[0].size: bad size "NaN"`},
+		{lun("size=\"nanKiB\"\n"), `srptd.toml:6: lun[0].size: bad size "nanKiB"`},
+		// Less than one 512-byte block, and not whole blocks.
+		{lun("size=100\n"), "srptd.toml:6: lun[0].size: 100 bytes is not a multiple of block_size 512"},
+		{lun("size=\"1000B\"\n"), "srptd.toml:6: lun[0].size: 1000 bytes is not a multiple of block_size 512"},
+		// A negative integer in an unsigned key is shown as written.
+		{base + "[[lun]]\nlun=-1\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "srptd.toml:4: lun[0].lun: -1 out of range 0..16383"},
+		{lun("size=\"1MiB\"\n") + "[[acl]]\ninitiator=\"192.0.2.1\"\nluns={0=-2}\n", "srptd.toml:9: acl[0].luns.0: target LUN -2 is not configured"},
+		{lun("size=\"1MiB\"\n") + "[[acl]]\ninitiator=\"192.0.2.1\"\nread_only=[-3]\n", "srptd.toml:9: acl[0].read_only: LUN -3 is not configured"},
+		{base + "[target]\nshutdown_timeout=\"-5s\"\n", "srptd.toml:4: target.shutdown_timeout: -5s is negative"},
+		{base + "service_guid=\"zzzzzzzzzzzzzzzz\"\n", `srptd.toml:3: port[0].service_guid: "zzzzzzzzzzzzzzzz": want 16 hex digits (optionally xxxx:xxxx:xxxx:xxxx)`},
+	} {
+		path := writeConfig(t, tc.cfg)
+		err := run(testCtx(t), []string{"-check", "-config", path}, io.Discard, io.Discard, nil)
+		got := ""
+		if err != nil {
+			got = strings.TrimPrefix(err.Error(), filepath.Dir(path)+"/")
+		}
+		if !strings.HasPrefix(got, tc.want) {
+			t.Errorf("config %q:\n got %q\nwant %q", tc.cfg, got, tc.want)
+		}
+	}
+}
+
+// runErr runs srptd with a configuration expected to fail at start and
+// returns the error; it fails the test if srptd started serving.
+func runErr(t *testing.T, cfg string) error {
+	t.Helper()
+	started := false
+	err := run(testCtx(t), []string{"-config", writeConfig(t, cfg)}, io.Discard, io.Discard, func(ready) { started = true })
+	if started {
+		t.Fatalf("srptd started with\n%s", cfg)
+	}
+	if err == nil {
+		t.Fatalf("no error with\n%s", cfg)
+	}
+	return err
+}
+
+// TestLUNSmallerThanABlock: an existing image shorter than one logical
+// block would be a LUN of zero blocks (READ CAPACITY cannot express it).
+func TestLUNSmallerThanABlock(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "tiny.img")
+	if err := os.WriteFile(img, make([]byte, 100), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := runErr(t, "[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[lun]]\nlun=0\nbackstore=\"file\"\npath=\""+img+"\"\n")
+	if want := ":6: lun[0].path: " + img + " holds 100 bytes, less than one 512-byte block"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("err %v, want %q", err, want)
+	}
+}
+
+// TestTwoLUNsOneImage: two LUNs on one file would be two disks sharing
+// their blocks; the second is refused, also through a hard link.
+func TestTwoLUNsOneImage(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "a.img")
+	if err := os.WriteFile(img, make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "b.img")
+	if err := os.Link(img, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, second := range []string{img, link} {
+		err := runErr(t, "[[port]]\nlisten=[\"127.0.0.1:0\"]\n"+
+			"[[lun]]\nlun=0\nbackstore=\"file\"\npath=\""+img+"\"\n"+
+			"[[lun]]\nlun=1\nbackstore=\"file\"\npath=\""+second+"\"\n")
+		if want := ":10: lun[1].path: " + second + " is already the backstore of LUN 0"; !strings.Contains(err.Error(), want) {
+			t.Errorf("err %v, want %q", err, want)
+		}
+	}
+
+	// The admin API refuses it too.
+	dr := launch(t, "-data-dir", filepath.Join(dir, "data"), "-listen", "127.0.0.1:0")
+	code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "file", "path": filepath.Join(dir, "data", "lun0.img")}, nil)
+	if code != 400 || !strings.Contains(body, "is already the backstore of LUN 0") {
+		t.Fatalf("add LUN on lun0.img: %d %s", code, body)
+	}
+}
+
+// TestNoShrink: a configured size below the image's length is refused and
+// the image keeps its length (truncating it would lose written data).
+func TestNoShrink(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "big.img")
+	if err := os.WriteFile(img, make([]byte, 2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := runErr(t, "[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[lun]]\nlun=0\nbackstore=\"file\"\npath=\""+img+"\"\nsize=\"1MiB\"\n")
+	if want := ":7: lun[0].size: 1048576 bytes is less than the 2097152 bytes of " + img; !strings.Contains(err.Error(), want) {
+		t.Fatalf("err %v, want %q", err, want)
+	}
+	if fi, err := os.Stat(img); err != nil || fi.Size() != 2<<20 {
+		t.Fatalf("image after refusal: %v %v", fi, err)
+	}
+}
+
+// storedSerial reads LUN n's serial from DIR/identity.json.
+func storedSerial(t *testing.T, dir, n string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "identity.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id struct{ LUNs map[string]string }
+	if err := json.Unmarshal(b, &id); err != nil {
+		t.Fatal(err)
+	}
+	return id.LUNs[n]
+}
+
+// TestMissingImageIsANewDisk: when the default LUN's image was deleted,
+// srptd creates an empty one; it must not present it under the old serial
+// (initiators would take the empty disk for the one they wrote).
+func TestMissingImageIsANewDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	dr := launch(t, "-data-dir", dir, "-listen", "127.0.0.1:0")
+	if err := dr.stop(); err != nil {
+		t.Fatal(err)
+	}
+	first := storedSerial(t, dir, "0")
+	if first == "" {
+		t.Fatal("no serial stored")
+	}
+	// A restart with the image in place keeps the serial.
+	dr = launch(t, "-data-dir", dir, "-listen", "127.0.0.1:0")
+	if err := dr.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s := storedSerial(t, dir, "0"); s != first {
+		t.Fatalf("serial changed across a plain restart: %q → %q", first, s)
+	}
+	if err := os.Remove(filepath.Join(dir, "lun0.img")); err != nil {
+		t.Fatal(err)
+	}
+	dr = launch(t, "-data-dir", dir, "-listen", "127.0.0.1:0")
+	var luns []lunJSON
+	dr.admin(t, "GET", "/luns", nil, &luns)
+	if len(luns) != 1 || luns[0].Serial == first || luns[0].Serial == "" {
+		t.Fatalf("recreated image served as %+v (old serial %q)", luns, first)
+	}
+	if !strings.Contains(dr.errOut.String(), "LUN image was missing") {
+		t.Errorf("no warning:\n%s", dr.errOut.String())
+	}
+}
+
+// TestBadStoredSerial: an unusable serial in identity.json is reported
+// against identity.json, not the configuration.
+func TestBadStoredSerial(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "identity.json"), []byte(`{"ports":{},"luns":{"0":"bad\u0001serial"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The image exists: a missing one would be a new disk with a new serial.
+	if err := os.WriteFile(filepath.Join(dir, "lun0.img"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	err := run(ctx, []string{"-data-dir", dir, "-listen", "127.0.0.1:0"}, io.Discard, io.Discard, func(ready) { cancel() })
+	if want := filepath.Join(dir, "identity.json") + ": luns.0: serial"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err %v, want %q", err, want)
+	}
+}
+
+// TestWriteFileAtomicNamesTarget: a failed save names the file being
+// written, not its temporary sibling.
+func TestWriteFileAtomicNamesTarget(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "missing", "srptd.toml")
+	err := writeFileAtomic(p, []byte("x"))
+	var pe *fs.PathError
+	if !errors.As(err, &pe) || pe.Path != p || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("err %v, want a PathError on %s", err, p)
+	}
+}
