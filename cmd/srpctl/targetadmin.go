@@ -126,6 +126,16 @@ func (a *adminClient) show(w io.Writer, raw []byte, table func(*tabwriter.Writer
 	return tw.Flush()
 }
 
+// helpOnly is the action of a command that only groups subcommands: alone
+// it prints its help; with an argument (a mistyped subcommand) it fails,
+// so scripts see a nonzero exit status.
+func helpOnly(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+	}
+	return cmd.Help()
+}
+
 // newTargetAdminCmd is `srpctl target`: administration of a running srptd
 // through its admin socket.
 func newTargetAdminCmd() *cobra.Command {
@@ -141,6 +151,7 @@ The socket is --socket, else $SRPTD_SOCKET, else ./srptd-data/srptd.sock
 exists, else /run/srptd.sock. srptd serves DATA_DIR/srptd.sock unless its
 configuration names admin.socket.`,
 		Args: cobra.NoArgs,
+		RunE: helpOnly,
 	}
 	c.PersistentFlags().StringVar(&a.socket, "socket", "", "srptd admin socket `path` (default: $SRPTD_SOCKET, ./"+defaultDataDirSocket+" or "+systemSocket+")")
 	c.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second, "request timeout")
@@ -308,6 +319,7 @@ func newTargetLUNCmd(a *adminClient) *cobra.Command {
 		Use:   "lun",
 		Short: "add or remove a logical unit at run time",
 		Args:  cobra.NoArgs,
+		RunE:  helpOnly,
 	}
 	var (
 		lun                   int
@@ -393,6 +405,7 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 		Use:   "acl",
 		Short: "list, add or remove the initiators admitted",
 		Args:  cobra.NoArgs,
+		RunE:  helpOnly,
 	}
 	list := &cobra.Command{
 		Use:   "list",
@@ -456,6 +469,9 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 					tg, err2 := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 					if !ok || err1 != nil || err2 != nil || in > 16383 || tg > 16383 {
 						return fmt.Errorf("--map %q: want INITIATOR_LUN=TARGET_LUN pairs, e.g. 0=3,1=4", kv)
+					}
+					if _, dup := m[strconv.FormatUint(in, 10)]; dup {
+						return fmt.Errorf("--map %q: initiator LUN %d is mapped twice", maps, in)
 					}
 					m[strconv.FormatUint(in, 10)] = tg
 				}

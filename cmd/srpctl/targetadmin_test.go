@@ -17,6 +17,7 @@ import (
 
 	"github.com/gosrp/gosrp/rdma/iwarp"
 	"github.com/gosrp/gosrp/srp/initiator"
+	"github.com/spf13/cobra"
 )
 
 func adminTestCtx(t *testing.T) context.Context {
@@ -213,5 +214,42 @@ func TestTargetAdminNoDaemon(t *testing.T) {
 	_, err := srpctl(adminTestCtx(t), filepath.Join(t.TempDir(), "none.sock"), "luns")
 	if err == nil || !strings.Contains(err.Error(), "is srptd running?") || !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// TestTargetAdminUsageErrors: a mistyped subcommand and a LUN mapped twice
+// fail (nonzero exit) before any request is sent.
+func TestTargetAdminUsageErrors(t *testing.T) {
+	ctx := adminTestCtx(t)
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"target", "bogus"}, `unknown command "bogus" for "srpctl target"`},
+		{[]string{"target", "lun", "bogus"}, `unknown command "bogus" for "srpctl target lun"`},
+		{[]string{"target", "acl", "bogus"}, `unknown command "bogus" for "srpctl target acl"`},
+		{[]string{"target", "acl", "add", "192.0.2.7", "--map", "0=1,0=3"}, `--map "0=1,0=3": initiator LUN 0 is mapped twice`},
+	} {
+		// The command tree as main builds it: target under the root.
+		root := &cobra.Command{Use: "srpctl", SilenceUsage: true, SilenceErrors: true}
+		root.AddCommand(newTargetAdminCmd())
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(&out)
+		root.SetArgs(append(tc.args, "--socket", sock))
+		err := root.ExecuteContext(ctx)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%v: err %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	// Alone, a group command prints its help and succeeds.
+	root := &cobra.Command{Use: "srpctl"}
+	root.AddCommand(newTargetAdminCmd())
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"target", "lun"})
+	if err := root.ExecuteContext(ctx); err != nil || !strings.Contains(out.String(), "Available Commands:") {
+		t.Fatalf("srpctl target lun: %v\n%s", err, out.String())
 	}
 }
