@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,7 +250,13 @@ type rawPeer struct {
 	readData func(r readRequest) []byte
 	// writes records every tagged RDMA WRITE segment the target sent.
 	writes []writeSeg
+	// id is the initiator port ID mustLogin logs in with: unique per peer
+	// unless a test sets it (peers sharing one are one I_T nexus, and a
+	// SINGLE login of one logs the others out).
+	id srp.PortID
 }
+
+var peerSeq atomic.Uint64
 
 // readRequest is an RDMA Read Request received from the target (RFC 5040
 // §4.4).
@@ -303,7 +310,7 @@ func dialRaw(t *testing.T, addr string) *rawPeer {
 	}
 	t.Cleanup(func() { nc.Close() })
 	nc.SetDeadline(time.Now().Add(20 * time.Second))
-	return &rawPeer{t: t, nc: nc, msn: [3]uint32{1, 1, 1}, rxMSN: 1}
+	return &rawPeer{t: t, nc: nc, msn: [3]uint32{1, 1, 1}, rxMSN: 1, id: srp.NewPortID(0x4057111e, peerSeq.Add(1))}
 }
 
 // mpaFrame builds an MPA request: key, flags, revision, PD_Length and the
@@ -391,7 +398,7 @@ func (p *rawPeer) login(pd []byte, crc bool) (rejected bool, rpd []byte) {
 // mustLogin logs in and checks the SRP_LOGIN_RSP.
 func (p *rawPeer) mustLogin(crc bool) *srp.LoginResponse {
 	p.t.Helper()
-	rej, pd := p.login(loginPD(nil), crc)
+	rej, pd := p.login(loginPD(func(l *srp.LoginRequestRDMA) { l.InitiatorPortID = p.id }), crc)
 	if rej {
 		p.t.Fatalf("login rejected: % x", pd)
 	}
