@@ -150,7 +150,10 @@ func (d *daemon) Sessions() []sessionJSON {
 const maxSocketPath = 107
 
 func startAdmin(path string, d *daemon, log *slog.Logger) (*adminServer, error) {
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket == 0 {
+		// Never replace what is not a socket (a typo naming a file).
+		return nil, fmt.Errorf("%s exists and is not a unix socket", path)
+	} else if err == nil {
 		// A socket nobody answers on is left over from an earlier run.
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()

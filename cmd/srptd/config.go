@@ -116,6 +116,9 @@ func (s *Size) UnmarshalTOML(v any) error {
 		if x < 0 {
 			return fmt.Errorf("negative size %d", x)
 		}
+		if x > maxSize {
+			return fmt.Errorf("size %d is more than 4 EiB", x)
+		}
 		*s = Size(x)
 		return nil
 	case string:
@@ -157,6 +160,16 @@ func (s Size) MarshalTOML() ([]byte, error) {
 	return []byte(strconv.FormatInt(n, 10)), nil
 }
 
+// maxSize is the largest size accepted anywhere, in bytes (4 EiB): sums
+// and roundings of sizes stay within an int64.
+const maxSize = 1 << 62
+
+// maxRAMSize is the largest RAM backstore, in bytes. Its chunk table is
+// allocated up front (8 bytes per 64 KiB, 512 MiB for 4 TiB) even though
+// the data is sparse; 4 TiB still allows LUNs beyond the 2 TiB READ
+// CAPACITY(10) limit.
+const maxRAMSize = 4 << 40
+
 // ParseSize parses "4096", "64K", "64KiB", "1GiB", "1.5MiB" into bytes.
 func ParseSize(str string) (int64, error) {
 	t := strings.TrimSpace(str)
@@ -173,7 +186,7 @@ func ParseSize(str string) (int64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f*float64(mul) > 1<<62 {
+	if err != nil || math.IsNaN(f) || f < 0 || f*float64(mul) > maxSize {
 		return 0, fmt.Errorf("bad size %q (want bytes or a number with KiB, MiB, GiB, TiB)", str)
 	}
 	return int64(f * float64(mul)), nil
@@ -388,6 +401,9 @@ func validateLUN(f string, l LUNSection) error {
 	case "ram":
 		if l.Size <= 0 {
 			return ferr(f+".size", "a ram backstore needs a size")
+		}
+		if l.Size > maxRAMSize {
+			return ferr(f+".size", "%d bytes is more than the 4 TiB a ram backstore can have", l.Size)
 		}
 		if l.Path != "" {
 			return ferr(f+".path", "a ram backstore has no path")

@@ -259,11 +259,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		defer m.Close()
 		metricsAddr = m.Addr()
 	}
-	if err := d.startPorts(ctx); err != nil {
-		return err
-	}
-	info := ready{ports: d.Ports(), addrs: d.addrs, d: d, adminSocket: adminSocket, metricsAddr: metricsAddr}
-
 	if o.pprof != "" {
 		stopProf, err := startPprof(o.pprof, log)
 		if err != nil {
@@ -271,6 +266,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		}
 		defer stopProf()
 	}
+	if err := d.startPorts(ctx); err != nil {
+		return err
+	}
+	info := ready{ports: d.Ports(), addrs: d.addrs, d: d, adminSocket: adminSocket, metricsAddr: metricsAddr}
+
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,9 @@ func TestConfigErrorsValues(t *testing.T) {
 		// Less than one 512-byte block, and not whole blocks.
 		{lun("size=100\n"), "srptd.toml:6: lun[0].size: 100 bytes is not a multiple of block_size 512"},
 		{lun("size=\"1000B\"\n"), "srptd.toml:6: lun[0].size: 1000 bytes is not a multiple of block_size 512"},
+		// Sizes beyond what a backstore can hold, as integers and strings.
+		{lun("size=9223372036854775807\n"), "srptd.toml:6: lun[0].size: size 9223372036854775807 is more than 4 EiB"},
+		{lun("size=\"5TiB\"\n"), "srptd.toml:6: lun[0].size: 5497558138880 bytes is more than the 4 TiB a ram backstore can have"},
 		// A negative integer in an unsigned key is shown as written.
 		{base + "[[lun]]\nlun=-1\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "srptd.toml:4: lun[0].lun: -1 out of range 0..16383"},
 		{lun("size=\"1MiB\"\n") + "[[acl]]\ninitiator=\"192.0.2.1\"\nluns={0=-2}\n", "srptd.toml:9: acl[0].luns.0: target LUN -2 is not configured"},
@@ -56,6 +60,22 @@ func runErr(t *testing.T, cfg string) error {
 		t.Fatalf("no error with\n%s", cfg)
 	}
 	return err
+}
+
+// TestAdminHugeRAMLUN: POST /luns with the largest JSON integer size is a
+// 400 naming the key, and srptd keeps serving.
+func TestAdminHugeRAMLUN(t *testing.T) {
+	dr := launch(t, "-data-dir", t.TempDir(), "-listen", "127.0.0.1:0")
+	for _, size := range []any{int64(9223372036854775807), "1000TiB"} {
+		code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "ram", "size": size}, nil)
+		if code != 400 || !strings.Contains(body, "size") {
+			t.Errorf("size %v: %d %s", size, code, body)
+		}
+	}
+	var luns []lunJSON
+	if code, body := dr.admin(t, "GET", "/luns", nil, &luns); code != 200 || len(luns) != 1 {
+		t.Fatalf("GET /luns after: %d %s", code, body)
+	}
 }
 
 // TestLUNSmallerThanABlock: an existing image shorter than one logical
@@ -192,5 +212,43 @@ func TestWriteFileAtomicNamesTarget(t *testing.T) {
 	var pe *fs.PathError
 	if !errors.As(err, &pe) || pe.Path != p || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("err %v, want a PathError on %s", err, p)
+	}
+}
+
+// TestAdminSocketNotASocket: admin.socket naming an existing file (or a
+// directory) is an error naming it, and the file is left alone.
+func TestAdminSocketNotASocket(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(f, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{f, dir} {
+		err := run(testCtx(t), []string{"-data-dir", filepath.Join(dir, "data"), "-listen", "127.0.0.1:0", "-admin", p}, io.Discard, io.Discard, nil)
+		if want := "admin socket " + p + ": " + p + " exists and is not a unix socket"; err == nil || err.Error() != want {
+			t.Errorf("err %v, want %q", err, want)
+		}
+	}
+	if b, err := os.ReadFile(f); err != nil || string(b) != "keep me" {
+		t.Fatalf("file after: %q %v", b, err)
+	}
+}
+
+// TestPprofInUseBeforeLoginInfo: a -pprof address in use stops srptd
+// before it prints login_info (initiators must not be told of a target
+// that is about to exit).
+func TestPprofInUseBeforeLoginInfo(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var out syncBuf
+	err = run(testCtx(t), []string{"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0", "-pprof", l.Addr().String()}, &out, io.Discard, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "-pprof: ") {
+		t.Fatalf("err %v", err)
+	}
+	if out.String() != "" {
+		t.Fatalf("printed %q", out.String())
 	}
 }
