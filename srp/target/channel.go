@@ -279,9 +279,7 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 	c.id = p.nextCh
 	p.channels[c] = struct{}{}
 	if pl != nil {
-		c.nx = pl.nx
-		pl.nx.channels = append(pl.nx.channels, c)
-		pl.ch = c
+		pl.attachLocked(c)
 	}
 	p.mu.Unlock()
 	c.log = log.With("ch", c.id)

@@ -525,9 +525,7 @@ func (c *channel) onLoginIU(slot int) {
 		return
 	}
 	c.port.mu.Lock()
-	c.nx = pl.nx
-	pl.nx.channels = append(pl.nx.channels, c)
-	pl.ch = c
+	pl.attachLocked(c)
 	c.port.mu.Unlock()
 	c.maxTI = int(lr.ReqITIULen)
 	c.loginFlags = lr.ReqFlags

@@ -228,3 +228,39 @@ func TestMaxTotalChannelsIUForm(t *testing.T) {
 		t.Fatalf("IU-form login: want SRP_LOGIN_RSP, got % x", b)
 	}
 }
+
+// TestNexusOutlivesPendingLogin: a login that reserved its I_T nexus keeps
+// the nexus and its SCSI session alive while the nexus's last channel is
+// released (a SINGLE re-login racing the old channel's teardown, as ib_srp
+// reconnects); abandoning the login then drops them.
+func TestNexusOutlivesPendingLogin(t *testing.T) {
+	e := newEnv(t, nil)
+	a := e.login(defaultLogin())
+	lr := defaultLogin()
+	pl, reason := e.port.prepareLogin(&lr, nil, nil, testLogger(t))
+	if reason != 0 {
+		t.Fatalf("prepareLogin: reason %#x", reason)
+	}
+	a.sendIU(&srp.ILogout{Tag: 1})
+	a.waitClosed()
+	waitFor(t, e, func() bool {
+		e.port.mu.Lock()
+		defer e.port.mu.Unlock()
+		return len(e.port.channels) == 0
+	})
+	e.port.mu.Lock()
+	kept := e.port.nexuses[pl.nx.key] == pl.nx
+	e.port.mu.Unlock()
+	e.core.mu.Lock()
+	closed := e.core.closed
+	e.core.mu.Unlock()
+	if !kept || closed != 0 {
+		t.Fatalf("nexus kept %v, %d SCSI sessions closed; want kept, 0", kept, closed)
+	}
+	e.port.abandon(pl)
+	waitFor(t, e, func() bool {
+		e.core.mu.Lock()
+		defer e.core.mu.Unlock()
+		return e.core.closed == 1
+	})
+}

@@ -61,6 +61,10 @@ type nexus struct {
 	sess      scsi.Session
 	view      accessView // the ACL view sess was opened with
 	channels  []*channel
+	// pending counts logins that reserved the nexus and have not joined
+	// it yet: the nexus (and its SCSI session) must outlive its last
+	// channel while one is on its way.
+	pending int
 }
 
 // NewPort creates an enabled target port whose channels register their
@@ -407,6 +411,25 @@ type pendingLogin struct {
 	rspFlags   srp.LoginRspFlags
 	immOffset  int // 0 when immediate data is not negotiated
 	newSession bool
+	reserved   bool // holds a place in nx.pending
+}
+
+// attachLocked joins channel c to the nexus the login reserved. p.mu is
+// held.
+func (pl *pendingLogin) attachLocked(c *channel) {
+	c.nx = pl.nx
+	pl.nx.channels = append(pl.nx.channels, c)
+	pl.ch = c
+	pl.unreserveLocked()
+}
+
+// unreserveLocked gives up the login's reservation of its nexus. p.mu is
+// held.
+func (pl *pendingLogin) unreserveLocked() {
+	if pl.reserved {
+		pl.nx.pending--
+		pl.reserved = false
+	}
 }
 
 // prepareLogin validates a login request in the order ib_srpt does
@@ -506,6 +529,8 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, self *channel
 		return nil, srp.RejInsufficientResources
 	}
 	pl.nx = nx
+	nx.pending++
+	pl.reserved = true
 	return pl, 0
 }
 
@@ -533,6 +558,7 @@ func (p *Port) abandon(pl *pendingLogin) {
 		return
 	}
 	p.mu.Lock()
+	pl.unreserveLocked()
 	if pl.ch != nil {
 		p.removeChannelLocked(pl.ch)
 	}
@@ -547,9 +573,10 @@ func (p *Port) closeTerminated(pl *pendingLogin) {
 	}
 }
 
-// dropNexusLocked closes the nexus's SCSI session when no channel uses it.
+// dropNexusLocked closes the nexus's SCSI session when no channel uses it
+// and no login is about to join it.
 func (p *Port) dropNexusLocked(nx *nexus) {
-	if len(nx.channels) > 0 || p.nexuses[nx.key] != nx {
+	if len(nx.channels) > 0 || nx.pending > 0 || p.nexuses[nx.key] != nx {
 		return
 	}
 	delete(p.nexuses, nx.key)
