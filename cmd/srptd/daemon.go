@@ -500,10 +500,12 @@ func (d *daemon) startPorts(ctx context.Context) error {
 			}()
 			plog.Info("listening", "addr", l.Addr(), "transport", dev.Name())
 		}
-		for _, line := range loginInfo(guid, bound) {
-			d.loginLines = append(d.loginLines, line)
-			fmt.Fprintln(d.out, "login_info:", line)
-		}
+		d.loginLines = append(d.loginLines, loginInfo(guid, bound)...)
+	}
+	// Printed once every port listens: a later port's error must not
+	// follow login_info lines of a target that then exits.
+	for _, line := range d.loginLines {
+		fmt.Fprintln(d.out, "login_info:", line)
 	}
 	return nil
 }

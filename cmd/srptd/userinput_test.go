@@ -252,3 +252,22 @@ func TestPprofInUseBeforeLoginInfo(t *testing.T) {
 		t.Fatalf("printed %q", out.String())
 	}
 }
+
+// TestSecondPortFailsBeforeLoginInfo: when the second port cannot listen,
+// srptd exits without having printed the first port's login_info.
+func TestSecondPortFailsBeforeLoginInfo(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cfg := writeConfig(t, "[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[port]]\nlisten=[\""+l.Addr().String()+"\"]\n")
+	var out syncBuf
+	err = run(testCtx(t), []string{"-config", cfg}, &out, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), ":4: port[1].listen: "+l.Addr().String()) {
+		t.Fatalf("err %v", err)
+	}
+	if out.String() != "" {
+		t.Fatalf("printed %q", out.String())
+	}
+}
