@@ -176,8 +176,11 @@ func (d *lunDir) OnAdd(ctx context.Context) {
 var _ fs.NodeOnAdder = (*lunDir)(nil)
 
 // checkMountPoint reports a mount point that cannot take the FUSE mount,
-// before logging in: missing, not a directory, or a stale FUSE mount left by
-// a killed srpctl attach (stat fails with ENOTCONN).
+// before logging in: missing, not a directory, a stale FUSE mount left by
+// a killed srpctl attach (stat fails with ENOTCONN), or not empty. A
+// non-empty directory would have its files hidden (/proc, a data
+// directory), or be another srpctl attach's mount: stacking a second one
+// on it makes both fight over the mount point and hang at detach.
 func checkMountPoint(dir string) error {
 	st, err := os.Stat(dir)
 	switch {
@@ -187,6 +190,14 @@ func checkMountPoint(dir string) error {
 		return fmt.Errorf("mount point: %w", err)
 	case !st.IsDir():
 		return fmt.Errorf("mount point %s is not a directory", dir)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	defer d.Close()
+	if names, _ := d.Readdirnames(1); len(names) > 0 {
+		return fmt.Errorf("mount point %s is not empty (it holds %s; is another srpctl attach using it?): use an empty directory", dir, names[0])
 	}
 	return nil
 }
