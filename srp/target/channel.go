@@ -504,6 +504,10 @@ func (c *channel) transition(ev chanEvent) {
 		c.stop()
 		c.readQ = nil
 		c.sendQ = nil
+		// Parked IUs will never run; with a shared receive queue their
+		// buffers go back to it now rather than at release.
+		c.postRecv(c.wait...)
+		c.wait = nil
 	}
 	if eff&effDisconnect != 0 {
 		_ = c.conn.Close()
@@ -705,6 +709,16 @@ func (c *channel) onRecv(wc *rdma.Completion) {
 		if wc.Status != rdma.StatusSuccess || c.state >= stateDisconnecting {
 			c.postRecv(slot)
 		}
+		// An initiator within its credit never has more IUs in the target
+		// than a private ring holds; one far beyond it would starve the
+		// other channels of the shared buffers: cut it off.
+		if len(c.held) > c.nRecv && c.state < stateDisconnecting {
+			c.stats.errors.Add(1)
+			c.log.Warn("initiator overran its credit on the shared receive queue; closing the channel", "held", len(c.held), "limit", c.nRecv)
+			c.postRecv(slot)
+			c.closeNow("credit overrun on the shared receive queue")
+			return
+		}
 	}
 	if wc.Status != rdma.StatusSuccess {
 		if wc.Status != rdma.StatusFlushed {
@@ -746,10 +760,14 @@ func (c *channel) runWait() {
 	c.inRunWait = true
 	defer func() { c.inRunWait = false }()
 	for len(c.wait) > 0 && c.state == stateLive {
-		if !c.dispatch(c.wait[0]) {
+		// Off the list while it runs: a close during dispatch drops (and
+		// reposts) only the IUs still parked.
+		slot := c.wait[0]
+		c.wait = c.wait[1:]
+		if !c.dispatch(slot) {
+			c.wait = append([]int{slot}, c.wait...)
 			return
 		}
-		c.wait = c.wait[1:]
 	}
 	// Credit given back while dispatching (an IU that needs no response)
 	// may need an SRP_CRED_REQ now that nothing is parked.

@@ -65,7 +65,13 @@
 //     channel posts back every buffer it still holds, flushed ones
 //     included, and Port.Close destroys the queue after the last channel.
 //     Unlike ib_srpt, immediate data is still offered with a shared
-//     queue; its buffers are laid out for ib_srp's offset 68.
+//     queue; its buffers are laid out for ib_srp's offset 68. A channel
+//     holding more shared buffers than its own ring would have
+//     (2*RQSize+4: its initiator ignores req_lim) is closed at once, and
+//     parked IUs of a closing channel give their buffers back at once, so
+//     one flooding initiator cannot keep the others' buffers. The
+//     transport still hands out buffers before the target sees them: a
+//     burst larger than SRQSize can empty the queue for a moment.
 //   - The multichannel rejection (0x10005) and unsupported-buffer-format
 //     rejection (0x10004) are checked; ib_srpt checks neither.
 //   - IU-form logins (empty private data) set up the receive ring before the

@@ -3,6 +3,7 @@ package target
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"strconv"
 	"testing"
@@ -145,4 +146,46 @@ func TestSRQUnsupported(t *testing.T) {
 			t.Errorf("SRQSize %d accepted", n)
 		}
 	}
+}
+
+// TestSRQCreditOverrun: with a shared receive queue, a channel whose
+// initiator ignores req_lim and holds more buffers than a private ring
+// would (2*RQSize+4) is closed, and every buffer comes back, so the other
+// channels keep their share.
+func TestSRQCreditOverrun(t *testing.T) {
+	const depth = 64
+	e := newEnv(t, func(c *Config) { c.UseSRQ, c.SRQSize, c.RQSize = true, depth, 2 })
+	release := make(chan struct{})
+	e.core.setHook(func(ctx context.Context, cmd *scsi.Command) (scsi.Result, bool) {
+		if cmd.Tag >= 100 {
+			<-release
+		}
+		return scsi.Result{}, true
+	})
+	good := e.login(defaultLogin())
+	lr := defaultLogin()
+	lr.InitiatorPortID[0] ^= 0x20
+	bad := e.login(lr)
+	for tag := uint64(100); tag < 130; tag++ { // req_lim is 2
+		if err := bad.trySend(mustMarshal(t, &srp.Cmd{Tag: tag, CDB: make([]byte, 16)})); err != nil {
+			break
+		}
+	}
+	bad.waitClosed()
+	close(release)
+	waitFor(t, e, func() bool { return len(e.port.Sessions()) == 1 && srqPosted(e) == depth })
+	if s := e.port.Sessions(); s[0].InitiatorPort != hex.EncodeToString(testInitiator[:]) {
+		t.Fatalf("the wrong channel survived: %+v", s)
+	}
+	good.sendIU(&srp.Cmd{Tag: 1, CDB: make([]byte, 16)})
+	checkGood(t, good.rspIU(), 1)
+}
+
+func mustMarshal(t *testing.T, iu srp.IU) []byte {
+	t.Helper()
+	b, err := iu.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
