@@ -250,6 +250,7 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 	defer cancel()
 	var fatal error
 	var mu sync.Mutex
+	logged := map[string]bool{} // error texts already logged
 	var all []time.Duration
 	var ios, errs int64
 	var wg sync.WaitGroup
@@ -313,7 +314,10 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 				d := time.Since(t0)
 				if err != nil {
 					ne++
-					if errors.Is(err, initiator.ErrDevLoss) || errors.Is(err, initiator.ErrClosed) {
+					// The LUN is gone (removed, or never there): every
+					// further command would fail the same way.
+					if errors.Is(err, initiator.ErrDevLoss) || errors.Is(err, initiator.ErrClosed) ||
+						initiator.IsSense(err, initiator.SenseIllegalRequest, 0x25, 0) {
 						mu.Lock()
 						if fatal == nil {
 							fatal = err
@@ -323,7 +327,15 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 						break
 					}
 					if ctx.Err() == nil {
-						s.Options().Logger.Warn("bench I/O failed", "err", err)
+						// Each distinct error once: a failing target
+						// would otherwise log every command.
+						mu.Lock()
+						first := !logged[err.Error()]
+						logged[err.Error()] = true
+						mu.Unlock()
+						if first {
+							s.Options().Logger.Warn("bench I/O failed (further identical errors are only counted)", "err", err)
+						}
 						time.Sleep(time.Millisecond)
 					}
 					continue

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchStopsWhenLUNRemoved: a LUN removed under a running bench
+// answers LOGICAL UNIT NOT SUPPORTED (ILLEGAL REQUEST, 25h/00h) to every
+// command; bench stops with that error instead of running (and logging
+// every failed command) until --runtime ends.
+func TestBenchStopsWhenLUNRemoved(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, data := startSrptd(t, ctx)
+	sock := filepath.Join(data, "srptd.sock")
+	if out, err := srpctl(ctx, sock, "lun", "add", "--lun", "1", "--backstore", "ram", "--size", "16MiB"); err != nil {
+		t.Fatalf("lun add: %v %s", err, out)
+	}
+	c := newBenchCmd()
+	var out bytes.Buffer
+	c.SetOut(&out)
+	c.SetErr(&out)
+	c.SetArgs([]string{info[0], "-l", "1", "--rw", "randwrite", "--qd", "4", "--runtime", "10m"})
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- c.ExecuteContext(ctx) }()
+
+	// Remove the LUN once it has served commands.
+	for {
+		js, err := srpctl(ctx, sock, "luns", "--json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var luns []struct {
+			LUN      uint64 `json:"lun"`
+			Counters struct {
+				Commands uint64 `json:"commands"`
+			} `json:"counters"`
+		}
+		if err := json.Unmarshal([]byte(js), &luns); err != nil {
+			t.Fatalf("%v in %q", err, js)
+		}
+		if len(luns) == 2 && luns[1].LUN == 1 && luns[1].Counters.Commands > 100 {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("bench ended before the removal: %v\n%s", err, out.String())
+		case <-ctx.Done():
+			t.Fatal("bench issued no commands")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if o, err := srpctl(ctx, sock, "lun", "remove", "1"); err != nil {
+		t.Fatalf("lun remove: %v %s", err, o)
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "LOGICAL UNIT NOT SUPPORTED") {
+			t.Fatalf("bench: %v\n%s", err, out.String())
+		}
+		if time.Since(start) > 5*time.Minute {
+			t.Fatalf("bench ran on for %v", time.Since(start))
+		}
+	case <-ctx.Done():
+		t.Fatal("bench did not stop after the LUN was removed")
+	}
+}
