@@ -370,6 +370,9 @@ func (c *Config) validate() error {
 		}
 		acls[m.String()] = true
 	}
+	if err := c.checkReceiveMemory(); err != nil {
+		return err
+	}
 	if c.Target.ShutdownTimeout < 0 {
 		return ferr("target.shutdown_timeout", "%v is negative", time.Duration(c.Target.ShutdownTimeout))
 	}
@@ -385,6 +388,34 @@ func (c *Config) validate() error {
 			return ferr("target", "%v", err)
 		}
 		return ferr("target."+k, "%s", msg)
+	}
+	return nil
+}
+
+// maxReceiveMemory bounds the receive buffers of one channel (or of one
+// port's shared receive queue), in bytes: they are allocated when an
+// initiator logs in, and an allocation the machine cannot satisfy ends
+// the process. The defaults need 1 MiB (128 × 8276) and 32 MiB with SRQ.
+const maxReceiveMemory = 1 << 30
+
+// checkReceiveMemory refuses receive queue sizes whose buffers would take
+// more than maxReceiveMemory: rq_size × max_req_size per channel, or
+// srq_size × max_req_size per port with use_srq.
+func (c *Config) checkReceiveMemory() error {
+	t := c.Target
+	req := int64(t.MaxReqSize)
+	if req == 0 {
+		req = target.DefaultMaxReqSize
+	}
+	key, n, def := "target.rq_size", t.RQSize, target.DefaultRQSize
+	if t.UseSRQ {
+		key, n, def = "target.srq_size", t.SRQSize, target.DefaultSRQSize
+	}
+	if n <= 0 {
+		n = def
+	}
+	if total := int64(n) * req; total > maxReceiveMemory {
+		return ferr(key, "%d IUs of max_req_size %d bytes need %d MiB of receive buffers, more than the 1024 MiB allowed", n, req, total>>20)
 	}
 	return nil
 }
