@@ -55,7 +55,7 @@ func TestMPARequestRefused(t *testing.T) {
 	}{
 		{"markers", mpaFrame(keyReq, flagH|flagM, 2, pd), true},
 		{"markers-crc", mpaFrame(keyReq, flagH|flagM|flagC, 2, pd), true},
-		{"revision-0", mpaFrame(keyReq, flagH, 0, pd), false},
+		{"revision-0", mpaFrame(keyReq, flagH, 0, pd), true},
 		{"revision-3", mpaFrame(keyReq, flagH, 3, pd), true},
 		{"revision-255", mpaFrame(keyReq, 0, 255, loginPD(nil)), true},
 		{"pd-length-513", mpaFrame(keyReq, flagH, 2, make([]byte, 513)), true},
