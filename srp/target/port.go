@@ -229,7 +229,9 @@ func (p *Port) Serve(ctx context.Context, l rdma.Listener) error {
 }
 
 // Close disables the port, logs out every channel (SRP_T_LOGOUT), and waits
-// until every channel has drained and released its resources or ctx ends.
+// until every channel has drained and released its resources or ctx ends
+// (returning ctx.Err()). The shared receive queue, with UseSRQ, is
+// destroyed and its buffers deregistered once the last channel is gone.
 func (p *Port) Close(ctx context.Context) error {
 	p.mu.Lock()
 	p.closed = true
