@@ -79,28 +79,39 @@ func newDaemon(cfg *Config, org origin, dataDir string, ident *identity, out io.
 	}
 	d.core = scsi.NewTarget(scsi.TargetConfig{Logger: log.With("layer", "scsi")})
 	d.stats.Store(&statsTable{})
-	d.demo = d.decideDemo()
+	// Logged once the ports listen (logDemo): a setup error that stops
+	// srptd must not follow a warning about logins.
+	d.demo, _, _ = d.demoRule()
 	return d
 }
 
-// decideDemo applies the demo mode rule: an explicit setting (flag or
+// logDemo logs what demoRule decides and returns it.
+func (d *daemon) logDemo() bool {
+	on, level, msg := d.demoRule()
+	if msg != "" {
+		d.log.Log(context.Background(), level, msg)
+	}
+	return on
+}
+
+// demoRule is the demo mode rule: an explicit setting (flag or
 // configuration) wins; otherwise demo mode is on only for a daemon-managed
-// configuration whose every listener is a loopback address.
-func (d *daemon) decideDemo() bool {
+// configuration whose every listener is a loopback address. msg (at level)
+// says what it means for logins; "" needs no message.
+func (d *daemon) demoRule() (on bool, level slog.Level, msg string) {
 	if v := d.cfg.Target.DemoMode; v != nil {
 		if *v {
-			d.log.Warn("demo mode: every initiator is admitted and sees every LUN")
+			return true, slog.LevelWarn, "demo mode: every initiator is admitted and sees every LUN"
 		}
-		return *v
+		return false, 0, ""
 	}
 	if d.origin.managed && loopbackOnly(d.cfg.Ports) {
-		d.log.Info("demo mode on: the default configuration listens on loopback only")
-		return true
+		return true, slog.LevelInfo, "demo mode on: the default configuration listens on loopback only"
 	}
 	if len(d.cfg.ACLs) == 0 {
-		d.log.Warn("demo mode off and no [[acl]]: every login is refused until an ACL is added (srpctl target acl add) or demo mode is set")
+		return false, slog.LevelWarn, "demo mode off and no [[acl]]: every login is refused until an ACL is added (srpctl target acl add) or demo mode is set"
 	}
-	return false
+	return false, 0, ""
 }
 
 // loopbackOnly reports whether every port listens on loopback addresses

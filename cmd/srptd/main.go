@@ -269,6 +269,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	if err := d.startPorts(ctx); err != nil {
 		return err
 	}
+	d.logDemo()
 	info := ready{ports: d.Ports(), addrs: d.addrs, d: d, adminSocket: adminSocket, metricsAddr: metricsAddr}
 
 	hup := make(chan os.Signal, 1)
@@ -340,7 +341,7 @@ func (d *daemon) reload(o *options) {
 	}
 	d.cfg.ACLs = cfg.ACLs
 	d.cfg.Target.DemoMode = cfg.Target.DemoMode
-	d.demo = d.decideDemo()
+	d.demo = d.logDemo()
 	d.applyAccessLocked()
 	d.log.Info("SIGHUP: access policy reloaded", "demo_mode", d.demo, "acls", len(d.cfg.ACLs))
 }

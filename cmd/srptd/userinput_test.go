@@ -275,3 +275,22 @@ func TestSecondPortFailsBeforeLoginInfo(t *testing.T) {
 		t.Fatalf("printed %q", out.String())
 	}
 }
+
+// TestSetupErrorWithoutLoginWarning: a setup error is the only thing
+// srptd says; the demo mode warning about refused logins comes only from
+// a srptd that serves.
+func TestSetupErrorWithoutLoginWarning(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var logs syncBuf
+	err = run(testCtx(t), []string{"-data-dir", t.TempDir(), "-listen", "0.0.0.0:0", "-metrics", l.Addr().String()}, io.Discard, &logs, nil)
+	if err == nil || !strings.HasPrefix(err.Error(), "-metrics: ") {
+		t.Fatalf("err %v", err)
+	}
+	if strings.Contains(logs.String(), "demo mode") {
+		t.Fatalf("logged about demo mode before failing:\n%s", logs.String())
+	}
+}
