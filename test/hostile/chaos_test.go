@@ -10,6 +10,7 @@ import (
 	"github.com/gosrp/gosrp/rdma/iwarp"
 	"github.com/gosrp/gosrp/srp"
 	"github.com/gosrp/gosrp/srp/initiator"
+	"github.com/gosrp/gosrp/srp/target"
 )
 
 // TestChaos runs hostile peers in parallel (protocol violations, malformed
@@ -17,7 +18,16 @@ import (
 // well-behaved initiator writes and verifies data; afterwards the target
 // holds no channel and no goroutine is left.
 func TestChaos(t *testing.T) {
-	tg := startTarget(t, tgtOpts{port: targetCfgSmall(64)})
+	t.Run("rings", func(t *testing.T) { chaos(t, targetCfgSmall(64)) })
+	t.Run("srq", func(t *testing.T) {
+		cfg := targetCfgSmall(64)
+		cfg.UseSRQ, cfg.SRQSize = true, 1024
+		chaos(t, cfg)
+	})
+}
+
+func chaos(t *testing.T, cfg target.Config) {
+	tg := startTarget(t, tgtOpts{port: cfg})
 	workers, rounds := 6, 12
 	if testing.Short() {
 		workers, rounds = 3, 4
