@@ -158,6 +158,9 @@ func soak(t *testing.T, useSRQ bool) {
 		t.Errorf("%d CHECK CONDITIONs, want %d", checks, soakNexuses)
 	}
 	t.Logf("%d commands, %d TMFs", cmds, tmfs)
+	if tmfs == 0 {
+		t.Error("no TMF was exercised")
+	}
 
 	// Close: half the channels log out, the port logs out the rest.
 	for k, in := range inis {
