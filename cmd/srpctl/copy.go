@@ -112,6 +112,9 @@ func (cf *copyFlags) geometry(ctx context.Context, s *conn) (initiator.Capacity,
 	if cf.lba > capy.LastLBA {
 		return capy, 0, fmt.Errorf("--lba %d beyond the last LBA %d", cf.lba, capy.LastLBA)
 	}
+	if cf.count < -1 {
+		return capy, 0, fmt.Errorf("--count %d: a number of blocks is 0 or more", cf.count)
+	}
 	return capy, bs, nil
 }
 
@@ -128,8 +131,13 @@ func newReadCmd() *cobra.Command {
 				}
 				bsz := int64(capy.BlockSize)
 				blocks := int64(capy.Blocks() - cf.lba)
+				if cf.count > blocks {
+					// Copying fewer blocks than asked for would be a
+					// silently short result.
+					return fmt.Errorf("--count %d: the LUN has %d blocks from LBA %d to its end", cf.count, blocks, cf.lba)
+				}
 				if cf.count >= 0 {
-					blocks = min(blocks, cf.count)
+					blocks = cf.count
 				}
 				total := blocks * bsz
 				var out io.WriterAt
@@ -204,6 +212,11 @@ func newWriteCmd() *cobra.Command {
 			st, err := f.Stat()
 			if err != nil {
 				return err
+			}
+			if !st.Mode().IsRegular() {
+				// Its length (st.Size) is what gets copied: 0 for a
+				// device or a pipe, which would write nothing and succeed.
+				return fmt.Errorf("--if %s: not a regular file", cf.file)
 			}
 			return cf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
 				capy, bs, err := cf.geometry(ctx, s)

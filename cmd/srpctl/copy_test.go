@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// runCopyCmd runs one srpctl command in-process and returns its error.
+func runCopyCmd(t *testing.T, args ...string) error {
+	t.Helper()
+	c := map[string]func() *cobra.Command{"read": newReadCmd, "write": newWriteCmd}[args[0]]()
+	var out bytes.Buffer
+	c.SetOut(&out)
+	c.SetErr(&out)
+	c.SetArgs(args[1:])
+	return c.ExecuteContext(adminTestCtx(t))
+}
+
+// TestCopyRefusesShortResults: read --count beyond the LUN's end fails
+// (the default LUN has 2097152 blocks of 512 bytes) instead of copying
+// fewer blocks and succeeding, and leaves --of untouched; write --if of
+// something without a length (a directory, a device) fails before login.
+func TestCopyRefusesShortResults(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, _ := startSrptd(t, ctx)
+	dir := t.TempDir()
+	of := filepath.Join(dir, "out")
+	if err := os.WriteFile(of, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"read", info[0], "--of", of, "--lba", "2097151", "--count", "2", "--quiet"}, "--count 2: the LUN has 1 blocks from LBA 2097151 to its end"},
+		{[]string{"read", info[0], "--of", of, "--count", "2097153", "--quiet"}, "--count 2097153: the LUN has 2097152 blocks from LBA 0 to its end"},
+		{[]string{"read", info[0], "--of", of, "--count", "-2", "--quiet"}, "--count -2: a number of blocks is 0 or more"},
+		{[]string{"write", info[0], "--if", dir, "--quiet"}, "--if " + dir + ": not a regular file"},
+		{[]string{"write", info[0], "--if", os.DevNull, "--quiet"}, "--if /dev/null: not a regular file"},
+	} {
+		if err := runCopyCmd(t, tc.args...); err == nil || err.Error() != tc.want {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	if b, err := os.ReadFile(of); err != nil || string(b) != "keep" {
+		t.Errorf("--of after the refusals: %q %v", b, err)
+	}
+	// The last block alone is fine.
+	if err := runCopyCmd(t, "read", info[0], "--of", of, "--lba", "2097151", "--count", "1", "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(of); err != nil || fi.Size() != 512 {
+		t.Fatalf("last block: %v %v", fi, err)
+	}
+}
