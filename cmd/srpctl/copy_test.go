@@ -57,3 +57,22 @@ func TestCopyRefusesShortResults(t *testing.T) {
 		t.Fatalf("last block: %v %v", fi, err)
 	}
 }
+
+// TestSCSIDataLength: srpctl scsi refuses a data-in length it cannot
+// allocate (it crashed out of memory) or a negative one, before logging
+// in (the target string names no listener).
+func TestSCSIDataLength(t *testing.T) {
+	const tgt = "id_ext=1,ioc_guid=1,dest=127.0.0.1:1"
+	for _, tc := range []struct{ in, want string }{
+		{"99999999999", "--in 99999999999: want 0..1073741824 bytes"},
+		{"-1", "--in -1: want 0..1073741824 bytes"},
+	} {
+		c := newSCSICmd()
+		c.SetOut(&bytes.Buffer{})
+		c.SetErr(&bytes.Buffer{})
+		c.SetArgs([]string{tgt, "12 00 00 00 60 00", "--in", tc.in})
+		if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != tc.want {
+			t.Errorf("--in %s: %v, want %q", tc.in, err, tc.want)
+		}
+	}
+}

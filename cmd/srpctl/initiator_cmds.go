@@ -175,6 +175,12 @@ func newReadcapCmd() *cobra.Command {
 	return c
 }
 
+// maxRawData bounds the data buffer of srpctl scsi, in bytes: 1 GiB, the
+// largest max_data_len srptd can be configured with. The buffer is
+// allocated before the command is sent; without a bound a mistyped --in
+// ends srpctl with an out-of-memory crash.
+const maxRawData = 1 << 30
+
 func newSCSICmd() *cobra.Command {
 	var tf targetFlags
 	var outFile string
@@ -189,11 +195,17 @@ func newSCSICmd() *cobra.Command {
 			if err != nil || len(cdb) < 6 || len(cdb) > 32 {
 				return fmt.Errorf("CDB %q: want 6 to 32 bytes of hex", args[1])
 			}
+			if inLen < 0 || inLen > maxRawData {
+				return fmt.Errorf("--in %d: want 0..%d bytes", inLen, maxRawData)
+			}
 			if outFile != "" && inLen > 0 {
 				return errors.New("--out and --in together: bidirectional commands are not supported")
 			}
 			sc := &initiator.Command{CDB: cdb}
 			if outFile != "" {
+				if fi, err := os.Stat(outFile); err == nil && fi.Size() > maxRawData {
+					return fmt.Errorf("--out %s: %d bytes, more than %d", outFile, fi.Size(), maxRawData)
+				}
 				data, err := os.ReadFile(outFile)
 				if err != nil {
 					return err
