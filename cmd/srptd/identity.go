@@ -44,7 +44,7 @@ func loadIdentity(dir string) (*identity, error) {
 		return nil, err
 	}
 	if err := json.Unmarshal(b, id); err != nil {
-		return nil, fmt.Errorf("%s: %w", id.path, err)
+		return nil, fmt.Errorf("%s: %w (repair it from a backup, or remove it: every LUN without a configured serial then becomes a new disk to initiators)", id.path, err)
 	}
 	if id.Ports == nil {
 		id.Ports = map[string]string{}

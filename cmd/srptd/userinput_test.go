@@ -294,3 +294,23 @@ func TestSetupErrorWithoutLoginWarning(t *testing.T) {
 		t.Fatalf("logged about demo mode before failing:\n%s", logs.String())
 	}
 }
+
+// TestTruncatedIdentity: a damaged identity.json stops srptd with its path
+// and what removing it would mean; it is not silently regenerated (the
+// LUNs would change serials).
+func TestTruncatedIdentity(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "identity.json")
+	if err := os.WriteFile(p, []byte(`{"ports":{"iwarp0":"4e76`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	err := run(ctx, []string{"-data-dir", dir, "-listen", "127.0.0.1:0"}, io.Discard, io.Discard, func(ready) { t.Error("srptd started"); cancel() })
+	if err == nil || !strings.HasPrefix(err.Error(), "data directory: "+p+": ") || !strings.Contains(err.Error(), "or remove it") {
+		t.Fatalf("err %v", err)
+	}
+	if b, _ := os.ReadFile(p); string(b) != `{"ports":{"iwarp0":"4e76` {
+		t.Fatalf("identity.json rewritten: %q", b)
+	}
+}
