@@ -347,7 +347,10 @@ func TestCredReqAndAER(t *testing.T) {
 }
 
 func TestAbortOnTimeout(t *testing.T) {
-	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.CommandTimeout = 100 * time.Millisecond })
+	// The held command always times out, so the timeout only sets how long
+	// this takes; the command after the abort must answer within it, which
+	// under -race on a loaded machine can take well over 100 ms.
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.CommandTimeout = 2 * time.Second })
 	ft.mu.Lock()
 	ft.hold = true
 	ft.mu.Unlock()
@@ -431,7 +434,9 @@ func TestFastIOFailAndDevLoss(t *testing.T) {
 	ft, s := setup(t, func(ft *fakeTarget, o *Options) {
 		o.ReconnectDelay = 20 * time.Millisecond
 		o.FastIOFailTmo = 100 * time.Millisecond
-		o.DevLossTmo = 300 * time.Millisecond
+		// Far enough past fast_io_fail_tmo that the first command cannot
+		// see dev_loss_tmo instead when the test is descheduled under load.
+		o.DevLossTmo = 2 * time.Second
 	})
 	ctx := testCtx(t)
 	ft.ln.Close()
@@ -592,7 +597,10 @@ func BenchmarkExecuteRead(b *testing.B) {
 // command's memory), and the session reconnects.
 func TestAbortTimeoutReconnects(t *testing.T) {
 	ft, s := setup(t, func(ft *fakeTarget, o *Options) {
-		o.CommandTimeout = 50 * time.Millisecond
+		// The held command and its ignored ABORT TASK always time out; the
+		// command on the new channel must answer within CommandTimeout,
+		// which under -race on a loaded machine can take well over 50 ms.
+		o.CommandTimeout = 2 * time.Second
 		o.TMFTimeout = 50 * time.Millisecond
 		o.ReconnectDelay = 10 * time.Millisecond
 	})
