@@ -156,10 +156,14 @@ configuration names admin.socket.`,
 	c.PersistentFlags().StringVar(&a.socket, "socket", "", "srptd admin socket `path` (default: $SRPTD_SOCKET, ./"+defaultDataDirSocket+" or "+systemSocket+")")
 	c.PersistentFlags().DurationVar(&a.timeout, "timeout", 30*time.Second, "request timeout")
 	c.PersistentFlags().BoolVar(&a.jsonOut, "json", false, "print the API's JSON instead of a table")
-	c.PersistentPreRun = func(*cobra.Command, []string) {
+	c.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if a.timeout <= 0 {
+			return fmt.Errorf("--timeout %v: must be positive", a.timeout)
+		}
 		if a.socket == "" {
 			a.socket = defaultAdminSocket()
 		}
+		return nil
 	}
 	c.AddCommand(
 		newTargetLoginInfoCmd(a), newTargetSessionsCmd(a), newTargetLogoutCmd(a),

@@ -230,6 +230,8 @@ func TestTargetAdminUsageErrors(t *testing.T) {
 		{[]string{"target", "lun", "bogus"}, `unknown command "bogus" for "srpctl target lun"`},
 		{[]string{"target", "acl", "bogus"}, `unknown command "bogus" for "srpctl target acl"`},
 		{[]string{"target", "acl", "add", "192.0.2.7", "--map", "0=1,0=3"}, `--map "0=1,0=3": initiator LUN 0 is mapped twice`},
+		{[]string{"target", "luns", "--timeout", "0"}, `--timeout 0s: must be positive`},
+		{[]string{"target", "luns", "--timeout", "-1s"}, `--timeout -1s: must be positive`},
 	} {
 		// The command tree as main builds it: target under the root.
 		root := &cobra.Command{Use: "srpctl", SilenceUsage: true, SilenceErrors: true}

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 
@@ -342,6 +344,9 @@ func (c *Config) validate() error {
 		if p.DevicePort < 0 {
 			return ferr(f+".device_port", "%d must be 1 or more", p.DevicePort)
 		}
+		if err := checkName(p.Name); err != nil {
+			return ferr(f+".name", "%v", err)
+		}
 		if names[portName(p, i)] {
 			return ferr(f+".name", "%q used twice", portName(p, i))
 		}
@@ -428,6 +433,9 @@ func validateLUN(f string, l LUNSection) error {
 	if *l.LUN > 16383 {
 		return ferr(f+".lun", "%s out of range 0..16383", lunText(*l.LUN))
 	}
+	if err := checkName(l.Name); err != nil {
+		return ferr(f+".name", "%v", err)
+	}
 	switch l.Backstore {
 	case "ram":
 		if l.Size <= 0 {
@@ -510,6 +518,18 @@ func validateACL(f string, a ACLSection, luns map[uint64]bool) (target.Initiator
 		seen[n] = true
 	}
 	return m, nil
+}
+
+// checkName accepts a port or LUN name: at most 64 bytes of UTF-8 without
+// control characters (names appear in log lines, tables and metric labels).
+func checkName(name string) error {
+	if len(name) > 64 {
+		return fmt.Errorf("%q is longer than 64 bytes", name)
+	}
+	if !utf8.ValidString(name) || strings.IndexFunc(name, unicode.IsControl) >= 0 {
+		return fmt.Errorf("%q has control characters", name)
+	}
+	return nil
 }
 
 // defaultBlockSize is the logical block size of RAM and file LUNs without

@@ -32,6 +32,9 @@ func TestConfigErrorsValues(t *testing.T) {
 		// the allocation would end the process (64 GiB here).
 		{base + "[target]\nrq_size=65535\nmax_req_size=\"1MiB\"\n", "srptd.toml:4: target.rq_size: 65535 IUs of max_req_size 1048576 bytes need 65535 MiB of receive buffers, more than the 1024 MiB allowed"},
 		{base + "[target]\nuse_srq=true\nmax_req_size=\"1MiB\"\n", "srptd.toml:3: target.srq_size: 4095 IUs of max_req_size 1048576 bytes need 4095 MiB"},
+		// Names go into log lines, tables and metric labels.
+		{lun("size=\"1MiB\"\nname=\"a\\nb\"\n"), `srptd.toml:7: lun[0].name: "a\nb" has control characters`},
+		{base + "name=\"" + strings.Repeat("p", 65) + "\"\n", "srptd.toml:3: port[0].name: \"ppp"},
 		// A negative integer in an unsigned key is shown as written.
 		{base + "[[lun]]\nlun=-1\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "srptd.toml:4: lun[0].lun: -1 out of range 0..16383"},
 		{lun("size=\"1MiB\"\n") + "[[acl]]\ninitiator=\"192.0.2.1\"\nluns={0=-2}\n", "srptd.toml:9: acl[0].luns.0: target LUN -2 is not configured"},
