@@ -76,3 +76,24 @@ func TestSCSIDataLength(t *testing.T) {
 		}
 	}
 }
+
+// TestTimeoutFlags: timeouts that mean nothing are refused before login
+// (the target string names no listener).
+func TestTimeoutFlags(t *testing.T) {
+	const tgt = "id_ext=1,ioc_guid=1,dest=127.0.0.1:1"
+	for _, tc := range []struct{ flag, val, want string }{
+		{"--connect-timeout", "0", "--connect-timeout 0s: must be positive"},
+		{"--connect-timeout", "-1s", "--connect-timeout -1s: must be positive"},
+		{"--cmd-timeout", "-1s", "--cmd-timeout -1s: must not be negative (0: the default)"},
+		{"--fast-io-fail-tmo", "-2s", "--fast-io-fail-tmo -2s: must not be negative (0: the default)"},
+		{"--dev-loss-tmo", "-3s", "--dev-loss-tmo -3s: must not be negative (0: the default)"},
+	} {
+		c := newReadcapCmd()
+		c.SetOut(&bytes.Buffer{})
+		c.SetErr(&bytes.Buffer{})
+		c.SetArgs([]string{tgt, tc.flag, tc.val})
+		if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != tc.want {
+			t.Errorf("%s %s: %v, want %q", tc.flag, tc.val, err, tc.want)
+		}
+	}
+}

@@ -73,11 +73,32 @@ func (tf *targetFlags) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 }
 
+// check refuses durations that mean nothing: a login timeout that is not
+// positive (it fails every login with "i/o timeout"), negative command and
+// channel-loss timeouts (0 is the library default).
+func (tf *targetFlags) check() error {
+	if tf.timeout <= 0 {
+		return fmt.Errorf("--connect-timeout %v: must be positive", tf.timeout)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--cmd-timeout", tf.cmdTimeout}, {"--fast-io-fail-tmo", tf.fastIOFail}, {"--dev-loss-tmo", tf.devLoss}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %v: must not be negative (0: the default)", d.flag, d.v)
+		}
+	}
+	return nil
+}
+
 // options parses the add_target string and applies the flags.
 func (tf *targetFlags) options(target string) (initiator.Options, error) {
 	o, err := initiator.ParseTarget(target)
 	if err != nil {
 		return o, fmt.Errorf("target %q: %w", target, err)
+	}
+	if err := tf.check(); err != nil {
+		return o, err
 	}
 	o.CommandTimeout = tf.cmdTimeout
 	o.ReconnectDelay, o.FastIOFailTmo, o.DevLossTmo = tf.reconnectDelay, tf.fastIOFail, tf.devLoss
