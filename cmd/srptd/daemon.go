@@ -161,6 +161,9 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 			if other, ok := d.lunOnFile(fi); ok {
 				return ferr(field+".path", "%s is already the backstore of LUN %d", st.path, other)
 			}
+			if name, ok := d.ownFile(fi); ok {
+				return ferr(field+".path", "%s is srptd's own %s, not a backstore", st.path, name)
+			}
 			// Shrinking an image would discard the data past the new
 			// end, which initiators were told is stored.
 			if sec.Size > 0 && !sec.ReadOnly && fi.Mode().IsRegular() && fi.Size() > int64(sec.Size) {
@@ -246,6 +249,28 @@ func (d *daemon) lunOnFile(fi os.FileInfo) (uint64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// ownFile reports whether fi is one of the files srptd keeps in its data
+// directory or its configuration file: exported as a LUN, initiators
+// would overwrite it.
+func (d *daemon) ownFile(fi os.FileInfo) (string, bool) {
+	var paths []string
+	if d.dataDir != "" {
+		for _, n := range []string{"identity.json", "srptd.toml", "lock"} {
+			paths = append(paths, filepath.Join(d.dataDir, n))
+		}
+	}
+	paths = append(paths, d.origin.path, d.origin.savePath)
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if ofi, err := os.Stat(p); err == nil && os.SameFile(fi, ofi) {
+			return filepath.Base(p), true
+		}
+	}
+	return "", false
 }
 
 // lunBlockSize is the logical block size sec's logical unit will have, in

@@ -317,3 +317,30 @@ func TestTruncatedIdentity(t *testing.T) {
 		t.Fatalf("identity.json rewritten: %q", b)
 	}
 }
+
+// TestOwnFilesAreNoBackstores: srptd's identity, lock and configuration
+// files cannot be exported as LUNs (initiators would overwrite them).
+func TestOwnFilesAreNoBackstores(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	dr := launch(t, "-data-dir", dir, "-listen", "127.0.0.1:0")
+	for _, name := range []string{"identity.json", "lock"} {
+		p := filepath.Join(dir, name)
+		code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "file", "path": p}, nil)
+		if code != 400 || !strings.Contains(body, p+" is srptd's own "+name+", not a backstore") {
+			t.Errorf("%s: %d %s", name, code, body)
+		}
+	}
+	if err := dr.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// The configuration file itself, named in the configuration.
+	cfg := filepath.Join(t.TempDir(), "srptd.toml")
+	text := "[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[lun]]\nlun=0\nbackstore=\"file\"\npath=\"" + cfg + "\"\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := run(testCtx(t), []string{"-config", cfg}, io.Discard, io.Discard, func(ready) { t.Error("srptd started") })
+	if err == nil || !strings.Contains(err.Error(), cfg+" is srptd's own srptd.toml, not a backstore") {
+		t.Fatalf("err %v", err)
+	}
+}
