@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -175,6 +176,12 @@ func (d *lunDir) OnAdd(ctx context.Context) {
 
 var _ fs.NodeOnAdder = (*lunDir)(nil)
 
+// oneLine is err's text on one line: fusermount's messages end in
+// newlines, and go-fuse appends its exit status on another.
+func oneLine(err error) string {
+	return strings.Join(strings.Fields(err.Error()), " ")
+}
+
 // checkMountPoint reports a mount point that cannot take the FUSE mount,
 // before logging in: missing, not a directory, a stale FUSE mount left by
 // a killed srpctl attach (stat fails with ENOTCONN), or not empty. A
@@ -260,7 +267,7 @@ func newAttachCmd() *cobra.Command {
 					return nil
 				case sig := <-sigs:
 					if err := srv.Unmount(); err != nil {
-						fmt.Fprintf(os.Stderr, "srpctl attach: %v: unmount %s: %v (detach loop devices and retry)\n", sig, args[1], err)
+						fmt.Fprintf(os.Stderr, "srpctl attach: %v: unmount %s: %s (detach loop devices and retry)\n", sig, args[1], oneLine(err))
 						continue
 					}
 					<-served

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,5 +38,14 @@ func TestCheckMountPoint(t *testing.T) {
 		if err := checkMountPoint(path); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", path, err, want)
 		}
+	}
+}
+
+// TestOneLine: the unmount error attach prints is one line (go-fuse's
+// error carries fusermount's newline and its exit status on a new line).
+func TestOneLine(t *testing.T) {
+	err := errors.New("/usr/bin/fusermount3: failed to unmount /mnt/srp: Device or resource busy\n (code exit status 1)\n")
+	if got, want := oneLine(err), "/usr/bin/fusermount3: failed to unmount /mnt/srp: Device or resource busy (code exit status 1)"; got != want {
+		t.Fatalf("%q, want %q", got, want)
 	}
 }
