@@ -273,7 +273,7 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 			}
 		}
 		if !found {
-			writeErr(w, fmt.Errorf("no session %q: %w", name, errNotFound))
+			writeErr(w, notFoundf("no session %q", name))
 			return
 		}
 		log.Info("admin removed session", "name", name)

@@ -309,6 +309,24 @@ func (d *daemon) openLUNs() error {
 // errConflict marks admin requests that clash with the running state.
 var errConflict = errors.New("conflict")
 
+// kindError is an admin API error of a kind (errConflict, errNotFound,
+// tested with errors.Is) whose text is only its message.
+type kindError struct {
+	kind error
+	msg  string
+}
+
+func (e *kindError) Error() string        { return e.msg }
+func (e *kindError) Is(target error) bool { return target == e.kind }
+
+func conflictf(format string, args ...any) error {
+	return &kindError{errConflict, fmt.Sprintf(format, args...)}
+}
+
+func notFoundf(format string, args ...any) error {
+	return &kindError{errNotFound, fmt.Sprintf(format, args...)}
+}
+
 // AddLUN attaches a new logical unit at run time and adds it to the
 // configuration. The initiators' other logical units report REPORTED LUNS
 // DATA HAS CHANGED (the SCSI core's AddLUN).
@@ -325,7 +343,7 @@ func (d *daemon) AddLUN(sec LUNSection) error {
 		return err
 	}
 	if _, ok := d.luns[*sec.LUN]; ok {
-		return fmt.Errorf("%w: LUN %d exists", errConflict, *sec.LUN)
+		return conflictf("LUN %d exists; remove it first", *sec.LUN)
 	}
 	if err := d.attachLUN("lun", sec); err != nil {
 		return err
@@ -367,16 +385,16 @@ func (d *daemon) detachLUN(n uint64) (*lunState, error) {
 	defer d.mu.Unlock()
 	st, ok := d.luns[n]
 	if !ok {
-		return nil, fmt.Errorf("LUN %d: %w", n, scsi.ErrNoSuchLUN)
+		return nil, notFoundf("no LUN %d", n)
 	}
 	for _, a := range d.cfg.ACLs {
 		for _, k := range sortedKeys(a.LUNs) {
 			if a.LUNs[k] == n {
-				return nil, fmt.Errorf("%w: ACL %s maps its LUN %s to LUN %d; remove or change the ACL first", errConflict, a.Initiator, k, n)
+				return nil, conflictf("ACL %s maps its LUN %s to LUN %d; remove or change the ACL first", a.Initiator, k, n)
 			}
 		}
 		if len(a.LUNs) == 0 && slices.Contains(a.ReadOnly, n) {
-			return nil, fmt.Errorf("%w: ACL %s lists LUN %d as read_only; remove or change the ACL first", errConflict, a.Initiator, n)
+			return nil, conflictf("ACL %s lists LUN %d as read_only; remove or change the ACL first", a.Initiator, n)
 		}
 	}
 	if err := d.core.RemoveLUN(n); err != nil {
@@ -406,7 +424,7 @@ func (d *daemon) AddACL(a ACLSection) error {
 	}
 	for _, o := range d.cfg.ACLs {
 		if om, err := target.ParseInitiator(o.Initiator); err == nil && om.String() == m.String() {
-			return fmt.Errorf("%w: %s has an ACL already", errConflict, m)
+			return conflictf("%s has an ACL already", m)
 		}
 	}
 	d.cfg.ACLs = append(d.cfg.ACLs, a)
@@ -430,7 +448,7 @@ func (d *daemon) RemoveACL(initiator string) error {
 		return err == nil && om.String() == m.String()
 	})
 	if len(d.cfg.ACLs) == n {
-		return fmt.Errorf("no ACL for %s: %w", m, errNotFound)
+		return notFoundf("no ACL for %s", m)
 	}
 	d.applyAccessLocked()
 	return nil

@@ -344,3 +344,25 @@ func TestOwnFilesAreNoBackstores(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestAdminErrorTexts: 404 and 409 answers read as sentences, without a
+// "conflict:" or "not found" tag (srpctl prints them as they are).
+func TestAdminErrorTexts(t *testing.T) {
+	dr := launch(t, "-data-dir", t.TempDir(), "-listen", "127.0.0.1:0")
+	for _, tc := range []struct {
+		method, path string
+		body         any
+		code         int
+		want         string
+	}{
+		{"DELETE", "/luns/7", nil, 404, `{"error":"no LUN 7"}`},
+		{"POST", "/luns", map[string]any{"lun": 0, "backstore": "ram", "size": "1MiB"}, 409, `{"error":"LUN 0 exists; remove it first"}`},
+		{"DELETE", "/acls/192.0.2.9", nil, 404, `{"error":"no ACL for 192.0.2.9"}`},
+		{"DELETE", "/sessions/42", nil, 404, `{"error":"no session \"42\""}`},
+	} {
+		code, body := dr.admin(t, tc.method, tc.path, tc.body, nil)
+		if code != tc.code || strings.TrimSpace(body) != tc.want {
+			t.Errorf("%s %s: %d %s, want %d %s", tc.method, tc.path, code, body, tc.code, tc.want)
+		}
+	}
+}
