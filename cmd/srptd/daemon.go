@@ -21,6 +21,7 @@ import (
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
 	"github.com/gosrp/gosrp/srp/target"
+	"golang.org/x/sys/unix"
 )
 
 // origin says where the running configuration came from and where the
@@ -68,6 +69,7 @@ type lunState struct {
 	path   string // resolved backstore path
 	serial string // VPD 80h in force
 	bs     backstore.Backstore
+	lock   *os.File // holds the flock on a file or device backstore (lockImage); nil for RAM
 	lu     *scsi.LogicalUnit
 	stats  *lunStats
 }
@@ -178,13 +180,18 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 			_ = fb.Close()
 			return ferr(field+".path", "%s is not a block device (use backstore = \"file\")", st.path)
 		}
-		st.bs = fb
+		lock, err := lockImage(st.path, sec.ReadOnly)
+		if err != nil {
+			_ = fb.Close()
+			return ferr(field+".path", "%v", err)
+		}
+		st.bs, st.lock = fb, lock
 		if errors.Is(statErr, fs.ErrNotExist) && sec.Serial == "" && sec.WWN == "" {
 			// A new, empty image is a new disk: a serial stored for an
 			// image that is gone would present it as the old one.
 			forgot, err := d.ident.forgetLUN(n)
 			if err != nil {
-				_ = st.bs.Close()
+				st.release()
 				return fmt.Errorf("%s: storing the serial: %w", field, err)
 			}
 			if forgot {
@@ -193,7 +200,7 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 		}
 	}
 	if bs := lunBlockSize(sec, st.bs); st.bs.Size() < int64(bs) {
-		_ = st.bs.Close()
+		st.release()
 		k := ".size"
 		if sec.Size == 0 {
 			k = ".path"
@@ -204,7 +211,7 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	if st.serial == "" && sec.WWN == "" {
 		s, err := d.ident.lunSerial(n)
 		if err != nil {
-			_ = st.bs.Close()
+			st.release()
 			return fmt.Errorf("%s: serial: %w", field, err)
 		}
 		st.serial = s
@@ -222,12 +229,12 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	}
 	lu, err := scsi.NewLogicalUnit(lc)
 	if err != nil {
-		_ = st.bs.Close()
+		st.release()
 		return ferr(field, "%v", err)
 	}
 	st.lu = lu
 	if err := d.core.AddLUN(n, lu); err != nil {
-		_ = st.bs.Close()
+		st.release()
 		return ferr(field+".lun", "%v", err)
 	}
 	d.luns[n] = st
@@ -370,7 +377,7 @@ wait:
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	closeStore(st.bs, d.log)
+	st.close(d.log)
 	if _, err := d.ident.forgetLUN(n); err != nil {
 		d.log.Warn("identity not updated", "err", err)
 	}
@@ -613,9 +620,49 @@ func (d *daemon) close() {
 	}
 	d.devices = nil
 	for _, n := range slices.Sorted(maps.Keys(d.luns)) {
-		closeStore(d.luns[n].bs, d.log)
+		d.luns[n].close(d.log)
 	}
 	d.luns = map[uint64]*lunState{}
+}
+
+// release closes the backstore and its lock without flushing (an attach
+// that failed).
+func (st *lunState) release() {
+	_ = st.bs.Close()
+	if st.lock != nil {
+		_ = st.lock.Close()
+	}
+}
+
+// close flushes and closes the backstore, then drops its lock.
+func (st *lunState) close(log *slog.Logger) {
+	closeStore(st.bs, log)
+	if st.lock != nil {
+		_ = st.lock.Close()
+	}
+}
+
+// lockImage takes a flock on a backstore file or device through a
+// descriptor of its own: exclusive for a writable LUN, shared for a
+// read-only one, so two srptd processes (or two LUNs) never write one
+// image. The lock lasts until the returned file is closed.
+func lockImage(path string, readOnly bool) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	how := unix.LOCK_EX
+	if readOnly {
+		how = unix.LOCK_SH
+	}
+	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%s is in use by another srptd (or another LUN)", path)
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
 }
 
 // closeStore flushes (backstore.Syncer) and closes a backstore.

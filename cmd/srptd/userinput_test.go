@@ -366,3 +366,33 @@ func TestAdminErrorTexts(t *testing.T) {
 		}
 	}
 }
+
+// TestImageLockedAcrossDaemons: a second srptd (another data directory)
+// exporting an image the first serves writable is refused; read-only
+// exports share an image.
+func TestImageLockedAcrossDaemons(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "shared.img")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(ro bool) string {
+		c := "[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[lun]]\nlun=0\nbackstore=\"file\"\npath=\"" + img + "\"\n"
+		if ro {
+			c += "read_only=true\n"
+		}
+		return writeConfig(t, c)
+	}
+	first := launch(t, "-config", cfg(false))
+	for _, ro := range []bool{false, true} {
+		err := run(testCtx(t), []string{"-config", cfg(ro)}, io.Discard, io.Discard, func(ready) { t.Error("second srptd started") })
+		if want := ":6: lun[0].path: " + img + " is in use by another srptd (or another LUN)"; err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("read_only=%v: err %v, want %q", ro, err, want)
+		}
+	}
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Unlocked at exit; read-only exports share.
+	launch(t, "-config", cfg(true))
+	launch(t, "-config", cfg(true))
+}
