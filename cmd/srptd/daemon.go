@@ -346,6 +346,9 @@ func (d *daemon) AddLUN(sec LUNSection) error {
 	if sec.Backstore == "file" && sec.Path == "" && sec.LUN != nil && d.dataDir != "" {
 		sec.Path = fmt.Sprintf("lun%d.img", *sec.LUN)
 	}
+	if (sec.Backstore == "file" || sec.Backstore == "") && sec.Path == "" && d.dataDir == "" {
+		return ferr("lun.path", "required: srptd runs without a data directory to create lun<N>.img in")
+	}
 	if err := validateLUN("lun", sec); err != nil {
 		return err
 	}

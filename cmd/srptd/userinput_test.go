@@ -396,3 +396,14 @@ func TestImageLockedAcrossDaemons(t *testing.T) {
 	launch(t, "-config", cfg(true))
 	launch(t, "-config", cfg(true))
 }
+
+// TestAdminAddLUNWithoutDataDir: without a data directory a file LUN needs
+// a path, and the error says why.
+func TestAdminAddLUNWithoutDataDir(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "a.sock")
+	dr := launch(t, "-config", writeConfig(t, "[[port]]\nlisten=[\"127.0.0.1:0\"]\n"), "-admin", sock)
+	code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "size": "1MiB"}, nil)
+	if code != 400 || !strings.Contains(body, "lun.path: required: srptd runs without a data directory") {
+		t.Fatalf("%d %s", code, body)
+	}
+}
