@@ -63,7 +63,7 @@ TOML
 start_srptd() {
   "$W/srptd" -config "$W/srptd.toml" "${SRPTD_DATA[@]}" >"$W/srptd.log" 2>&1 &
   SRPTD_PID=$!
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do # 30 s: a loaded 2-core machine may take seconds
     TARGET=$(sed -n 's/^login_info: //p' "$W/srptd.log" | head -1)
     [ -n "$TARGET" ] && return 0
     kill -0 "$SRPTD_PID" 2>/dev/null || fail "srptd exited"
@@ -170,10 +170,21 @@ step "source tree on ext4 across an srptd restart (fstree.sh)"
 SRPTD="$W/srptd" SRPCTL="$SRPCTL" timeout 900 test/e2e/fstree.sh || fail "fstree.sh"
 
 step "kill srptd under I/O"
+# Kill only once the bench is logged in (a new "channel connected" in the
+# log): killed before its login, the bench fails with a refused connection
+# instead of the lost-target error checked below.
+connected() { grep -c 'channel connected' "$W/srptd.log" || true; }
+n0=$(connected)
 timeout 60 "$SRPCTL" bench "$TARGET" --runtime 20s --rw randread --qd 8 --size 16m \
   --reconnect-delay 200ms --fast-io-fail-tmo 1s --dev-loss-tmo 3s >"$W/kill.out" 2>&1 &
 BENCH=$!
-sleep 1
+for _ in $(seq 300); do
+  [ "$(connected)" -gt "$n0" ] && break
+  kill -0 "$BENCH" 2>/dev/null || { cat "$W/kill.out" >&2; fail "bench ended before srptd was killed"; }
+  sleep 0.1
+done
+[ "$(connected)" -gt "$n0" ] || fail "the bench never logged in"
+sleep 0.5 # I/O in flight
 kill -9 "$SRPTD_PID"
 wait "$SRPTD_PID" 2>/dev/null || true
 SRPTD_PID=""
