@@ -578,6 +578,7 @@ func (c *channel) release() {
 		c.loginTimer.Stop()
 	}
 	for mr := range c.inUse {
+		c.port.releaseData(len(mr.Bytes()))
 		_ = mr.Deregister()
 	}
 	for _, l := range c.pool {
@@ -994,9 +995,9 @@ func (c *channel) pump() {
 // getBuf returns a registered buffer of at least n bytes (local write
 // access, for RDMA READ sinks and RDMA WRITE sources).
 func (c *channel) getBuf(n int) (rdma.MemoryRegion, error) {
-	class := 4096
-	for class < n {
-		class <<= 1
+	class := bufClass(n)
+	if !c.port.reserveData(class) {
+		return nil, errDataMemory
 	}
 	if l := c.pool[class]; len(l) > 0 {
 		mr := l[len(l)-1]
@@ -1006,20 +1007,41 @@ func (c *channel) getBuf(n int) (rdma.MemoryRegion, error) {
 	}
 	mr, err := c.port.register(make([]byte, class), rdma.AccessLocalWrite)
 	if err != nil {
+		c.port.releaseData(class)
 		return nil, err
 	}
 	c.inUse[mr] = struct{}{}
 	return mr, nil
 }
 
+// bufClass is the size class of a data buffer of n bytes: the power of two
+// at least n, and at least 4096.
+func bufClass(n int) int {
+	class := 4096
+	for class < n {
+		class <<= 1
+	}
+	return class
+}
+
+// errDataMemory reports that a buffer would take the port's data buffers
+// beyond Config.MaxDataMemory.
+var errDataMemory = errors.New("port data memory budget (max_data_memory) exhausted")
+
 const poolPerClass = 16
 
+// putBuf gives back a buffer from getBuf and its charge against
+// Config.MaxDataMemory.
 func (c *channel) putBuf(mr rdma.MemoryRegion) {
 	if mr == nil || c.inUse == nil {
 		return
 	}
+	if _, ok := c.inUse[mr]; !ok {
+		return
+	}
 	delete(c.inUse, mr)
 	class := len(mr.Bytes())
+	c.port.releaseData(class)
 	if len(c.pool[class]) < poolPerClass && class <= 1<<20 {
 		c.pool[class] = append(c.pool[class], mr)
 		return

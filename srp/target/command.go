@@ -2,6 +2,7 @@ package target
 
 import (
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
@@ -15,6 +16,7 @@ const (
 	statusGood           = 0x00
 	statusCheckCondition = 0x02
 	statusBusy           = 0x08
+	statusTaskSetFull    = 0x28
 )
 
 // maxExternalDescs bounds an external descriptor table (in descriptors);
@@ -321,10 +323,18 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 	c.respondWith(cmd, res.Status, res.Sense, flags, outRes, inRes, writes)
 }
 
-// busy answers a command the target lacks resources for with SCSI BUSY.
+// busy answers a command the target lacks a data buffer for, in an
+// SRP_RSP that returns its credit. Over Config.MaxDataMemory the status is
+// TASK SET FULL (SAM-5 §5.3.1: not enough resources to accept the command
+// now; as LIO transport_generic_request_failure answers
+// TCM_OUT_OF_RESOURCES); when registering the buffer fails, BUSY.
 func (c *channel) busy(cmd *command, err error) {
-	c.log.Warn("no buffer for command", "tag", cmd.tag, "err", err)
-	c.respond(cmd, statusBusy, nil, 0, 0)
+	status := byte(statusBusy)
+	if errors.Is(err, errDataMemory) {
+		status = statusTaskSetFull
+	}
+	c.log.Warn("no buffer for command", "tag", cmd.tag, "status", status, "err", err)
+	c.respond(cmd, status, nil, 0, 0)
 }
 
 func (c *channel) respond(cmd *command, status byte, sense []byte, outRes, inRes uint32) {

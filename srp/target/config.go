@@ -18,7 +18,10 @@ const (
 	DefaultRQSize      = 128     // IUs; ib_srpt rq_size = min(128, max_qp_wr)
 	DefaultMaxRDMASize = 1 << 20 // bytes per RDMA READ/WRITE work request
 	DefaultMaxDataLen  = 16 << 20
-	DefaultMaxChannels = 16
+	// DefaultMaxDataMemory is the default port-wide budget of command data
+	// buffers, in bytes (32 commands of DefaultMaxDataLen).
+	DefaultMaxDataMemory = 512 << 20
+	DefaultMaxChannels   = 16
 	// DefaultMaxTotalChannels bounds the channels of one port.
 	DefaultMaxTotalChannels = 1024
 	DefaultSRQSize          = 4095 // receive buffers; ib_srpt srpt_srq_size
@@ -56,6 +59,17 @@ type Config struct {
 	// MaxDataLen is the largest data buffer of one command, in bytes.
 	// Larger descriptors get CHECK CONDITION, INVALID FIELD IN CDB.
 	MaxDataLen int
+	// MaxDataMemory is the most bytes of command data buffers (and
+	// fetched descriptor tables) the port holds at once, over all its
+	// channels. Each buffer counts its size class: the descriptor's total
+	// length rounded up to a power of two, at least 4096. A command whose
+	// buffer would go beyond it is not started: it is answered at once with
+	// SCSI status TASK SET FULL (0x28) in an SRP_RSP returning its credit,
+	// and the initiator retries it later. A buffer is given back when its
+	// command completes, is aborted, or its channel closes. Must be at
+	// least MaxDataLen's size class; 0 means DefaultMaxDataMemory, or that
+	// size class when it is larger.
+	MaxDataMemory int
 	// MaxChannels is the most channels one I_T nexus may open (LOGIN_REJ
 	// 0x10006 beyond it).
 	MaxChannels int
@@ -128,6 +142,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxDataLen == 0 {
 		c.MaxDataLen = DefaultMaxDataLen
 	}
+	if c.MaxDataMemory == 0 {
+		c.MaxDataMemory = max(DefaultMaxDataMemory, bufClass(c.MaxDataLen))
+	}
 	if c.MaxChannels == 0 {
 		c.MaxChannels = DefaultMaxChannels
 	}
@@ -168,6 +185,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("max_rdma_size: %d bytes out of range 4096..%d", c.MaxRDMASize, 1<<30)
 	case c.MaxDataLen < 4096 || c.MaxDataLen > 1<<30:
 		return fmt.Errorf("max_data_len: %d bytes out of range 4096..%d", c.MaxDataLen, 1<<30)
+	case c.MaxDataMemory < bufClass(c.MaxDataLen):
+		return fmt.Errorf("max_data_memory: %d bytes is below one buffer of max_data_len (%d bytes)", c.MaxDataMemory, bufClass(c.MaxDataLen))
 	case c.MaxChannels < 1:
 		return fmt.Errorf("max_channels: %d must be at least 1", c.MaxChannels)
 	case c.SRQSize < 4 || c.SRQSize > 65535:

@@ -11,6 +11,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
@@ -51,6 +52,11 @@ type Port struct {
 	// once by NewPort, cleared by Close.
 	srq     rdma.SRQ
 	srqRing *recvRing
+
+	// dataMem is the bytes of command data buffers (and fetched
+	// descriptor tables) the port's channels hold, by size class; at most
+	// cfg.MaxDataMemory.
+	dataMem atomic.Int64
 }
 
 // nexus is one I_T nexus: the channels of one initiator port ID to this
@@ -270,6 +276,25 @@ type SessionInfo struct {
 	TMFs            uint64 // SRP_TSK_MGMTs received
 	MaxOutstanding  int    // most SRP_CMDs and SRP_TSK_MGMTs in progress at once
 }
+
+// DataMemory returns the bytes of command data buffers the port's channels
+// hold now, counted by buffer size class (a power of two, at least 4096
+// bytes per buffer); it never exceeds Config.MaxDataMemory. Idle buffers
+// kept for reuse are not counted.
+func (p *Port) DataMemory() int64 { return p.dataMem.Load() }
+
+// reserveData charges n bytes against Config.MaxDataMemory; false (and
+// nothing charged) when they do not fit.
+func (p *Port) reserveData(n int) bool {
+	if p.dataMem.Add(int64(n)) > int64(p.cfg.MaxDataMemory) {
+		p.dataMem.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+// releaseData returns n bytes charged by reserveData.
+func (p *Port) releaseData(n int) { p.dataMem.Add(-int64(n)) }
 
 // Sessions lists the port's channels.
 func (p *Port) Sessions() []SessionInfo {

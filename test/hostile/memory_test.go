@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/gosrp/gosrp/srp"
 )
 
 func heapInuse() uint64 {
@@ -13,37 +15,80 @@ func heapInuse() uint64 {
 	return m.HeapInuse
 }
 
-// TestDataBufferAmplification measures what a peer makes the target hold
-// with a few IUs: WRITEs of one block whose data-out descriptors claim
-// max_data_len (16 MiB) each, with the RDMA READs never answered. The
-// target allocates each command's whole descriptor length up front; the
-// test reports the amplification, and checks the memory is given back once
-// the connection is reset (no leak of data buffers or their regions).
+// TestDataBufferAmplification: a peer sends WRITEs of one block whose
+// data-out descriptors claim max_data_len (16 MiB) each, and never answers
+// the RDMA READs. The target allocates each command's whole descriptor
+// length, so the port's max_data_memory budget (here four such buffers)
+// must bound what the peer pins: the commands beyond it are answered at
+// once with TASK SET FULL (SAM-5 §5.3.1, status 28h) and their credit, the
+// heap grows by no more than the budget (plus slack for the runtime), and
+// after the connection is reset the budget and the heap return to where
+// they started.
 func TestDataBufferAmplification(t *testing.T) {
-	tg := startTarget(t, tgtOpts{port: targetCfgSmall(0)})
+	const (
+		claim  = 16 << 20 // bytes each descriptor claims: max_data_len
+		budget = 4 * claim
+		slack  = 32 << 20 // heap noise allowed above the budget
+	)
+	cfg := targetCfgSmall(0)
+	cfg.MaxDataMemory = budget
+	tg := startTarget(t, tgtOpts{port: cfg})
 	before := heapInuse()
 	p, lr := loggedIn(t, tg.addr)
 	p.holdReads = true
 	n := int(lr.ReqLimDelta) - 1
-	for i := 0; i < n; i++ {
-		p.send(cmdIU(uint64(100+i), lun0, write10(0, 1), fmtDirect, fmtNone, 1, 0, 0, direct(peerVA, peerSTag, 16<<20)))
+	if n <= budget/claim {
+		t.Fatalf("req_lim %d leaves too few commands to exceed the budget", lr.ReqLimDelta)
 	}
-	// A TEST UNIT READY behind them proves they were all started.
+	for i := 0; i < n; i++ {
+		p.send(cmdIU(uint64(100+i), lun0, write10(0, 1), fmtDirect, fmtNone, 1, 0, 0, direct(peerVA, peerSTag, claim)))
+	}
+	// A TEST UNIT READY behind them proves they were all started; every
+	// command beyond the budget is answered before it.
 	p.send(tur(1))
-	p.expectRsp(t, 1)
-	held := heapInuse() - before
-	t.Logf("%d SRP_CMDs of %d bytes make the target hold %d MiB (RDMA Read Requests received: %d)", n, 64, held>>20, len(p.heldReads))
+	full := 0
+	for {
+		iu, err := p.recvIU()
+		if err != nil {
+			t.Fatalf("waiting for SRP_RSP tag 1: %v", err)
+		}
+		if len(iu) == 0 || srp.Opcode(iu[0]) != srp.OpRsp {
+			continue
+		}
+		rsp, err := srp.UnmarshalRsp(iu)
+		if err != nil {
+			t.Fatalf("SRP_RSP: %v", err)
+		}
+		if rsp.Tag == 1 {
+			break
+		}
+		if rsp.Tag < 100 || rsp.Tag >= uint64(100+n) || rsp.Status != 0x28 || rsp.ReqLimDelta < 1 {
+			t.Fatalf("SRP_RSP %+v: want TASK SET FULL (0x28) with credit for a command over the budget", rsp)
+		}
+		full++
+	}
+	if want := n - budget/claim; full != want {
+		t.Fatalf("%d commands answered TASK SET FULL, want %d (%d sent, budget %d buffers)", full, want, n, budget/claim)
+	}
+	if got := tg.port.DataMemory(); got > budget {
+		t.Fatalf("port holds %d bytes of data buffers, over max_data_memory %d", got, budget)
+	}
+	held := int64(heapInuse()) - int64(before)
+	t.Logf("%d SRP_CMDs of %d bytes make the target hold %d MiB (budget %d MiB; RDMA Read Requests received: %d)", n, 64, held>>20, budget>>20, len(p.heldReads))
+	if held > budget+slack {
+		t.Fatalf("heap grew %d MiB with a budget of %d MiB", held>>20, budget>>20)
+	}
 	rst(p)
 	tg.waitSessions(t, 0)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		after := heapInuse()
-		if after < before+32<<20 {
+		after, mem := heapInuse(), tg.port.DataMemory()
+		if int64(after)-int64(before) < slack && mem == 0 {
 			t.Logf("after the reset: %d MiB above the start", int64(after-before)>>20)
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after the reset the heap stays %d MiB above the start: data buffers leaked", (after-before)>>20)
+			t.Fatalf("after the reset the heap stays %d MiB above the start, port data memory %d bytes: data buffers leaked", int64(after-before)>>20, mem)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
