@@ -47,6 +47,7 @@ type TargetSection struct {
 	RQSize           int      `toml:"rq_size,omitzero" json:"rq_size,omitempty"`                       // receive ring, IUs (initial credit)
 	MaxRDMASize      Size     `toml:"max_rdma_size,omitzero" json:"max_rdma_size,omitempty"`           // bytes per RDMA READ/WRITE
 	MaxDataLen       Size     `toml:"max_data_len,omitzero" json:"max_data_len,omitempty"`             // bytes per command
+	MaxDataMemory    Size     `toml:"max_data_memory,omitzero" json:"max_data_memory,omitempty"`       // bytes of command data buffers per port
 	MaxChannels      int      `toml:"max_channels,omitzero" json:"max_channels,omitempty"`             // per I_T nexus
 	MaxTotalChannels int      `toml:"max_total_channels,omitzero" json:"max_total_channels,omitempty"` // per port, all nexuses
 	UseSRQ           bool     `toml:"use_srq,omitempty" json:"use_srq,omitempty"`                      // one shared receive queue per port
@@ -572,6 +573,7 @@ func (c *Config) targetConfig(guid uint64) target.Config {
 		RQSize:           t.RQSize,
 		MaxRDMASize:      int(t.MaxRDMASize),
 		MaxDataLen:       int(t.MaxDataLen),
+		MaxDataMemory:    int(t.MaxDataMemory),
 		MaxChannels:      t.MaxChannels,
 		MaxTotalChannels: t.MaxTotalChannels,
 		UseSRQ:           t.UseSRQ,

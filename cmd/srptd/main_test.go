@@ -189,6 +189,7 @@ func TestConfigErrors(t *testing.T) {
 		{base + ram + "\n[[lun]]\nlun = 1\nbackstore = \"ram\"\nsize = \"1MiB\"\n# comment\nblock_size = 3000\n", "srptd.toml:13: lun[1].block_size: 3000 is not 512, 1024, 2048 or 4096"},
 		{base + ram + "[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "srptd.toml:8: lun[1].lun: LUN 0 used twice"},
 		{base + "[target]\nmax_rsp_size = 20\n", "srptd.toml:4: target.max_rsp_size: 20 bytes out of range 40..1024"},
+		{base + "[target]\nmax_data_memory = \"1MiB\"\n", "srptd.toml:4: target.max_data_memory: 1048576 bytes is below one buffer of max_data_len (16777216 bytes)"},
 		{base + "[target]\nsq_size = 1\n", "srptd.toml:4: target.sq_size: 1 work requests out of range 4..65535"},
 		{base + "[target]\nshutdown_timeout = \"soon\"\n", `srptd.toml:4: target.shutdown_timeout: bad duration "soon" (want e.g. "10s")`},
 		{"[[port]]\ntransport=\"ib\"\nlisten=[\"1:2\"]\n", `srptd.toml:2: port[0].transport: "ib" is not iwarp or verbs`},
@@ -449,6 +450,7 @@ max_req_size = "8276B"
 max_rsp_size = 512
 rq_size = 64
 max_rdma_size = "1MiB"
+max_data_memory = "256MiB"
 max_total_channels = 32
 use_srq = true
 srq_size = 512
