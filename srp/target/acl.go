@@ -55,12 +55,9 @@ func ParseInitiator(s string) (InitiatorMatch, error) {
 	if strings.HasPrefix(h, "0x") || strings.HasPrefix(h, "0X") {
 		h = h[2:]
 	}
-	if h == "" || len(h)%2 != 0 || len(h) > 32 {
-		return InitiatorMatch{}, fmt.Errorf("initiator %q: want a port GUID xxxx:xxxx:xxxx:xxxx, an initiator port ID of up to 32 hex digits (even count, optional 0x), or an IP address", s)
-	}
 	b, err := hex.DecodeString(h)
-	if err != nil {
-		return InitiatorMatch{}, fmt.Errorf("initiator %q: bad hex: %w", s, err)
+	if h == "" || len(h) > 32 || err != nil {
+		return InitiatorMatch{}, fmt.Errorf("initiator %q: want a port GUID xxxx:xxxx:xxxx:xxxx, an initiator port ID of up to 32 hex digits (even count, optional 0x), or an IP address", s)
 	}
 	var m InitiatorMatch
 	copy(m.id[16-len(b):], b)

@@ -3,6 +3,7 @@ package target
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/gosrp/gosrp/srp"
@@ -145,9 +146,12 @@ func TestACLForms(t *testing.T) {
 			t.Errorf("%s String = %s, want %s", tc.name, m, tc.str)
 		}
 	}
-	for _, bad := range []string{"", "0x", "123", "zz", "0x" + string(bytes.Repeat([]byte("ab"), 17))} {
-		if _, err := ParseInitiator(bad); err == nil {
+	for _, bad := range []string{"", "0x", "123", "zz", "nonsense", "0x" + string(bytes.Repeat([]byte("ab"), 17))} {
+		_, err := ParseInitiator(bad)
+		if err == nil {
 			t.Errorf("%q parsed", bad)
+		} else if bad != "" && !strings.Contains(err.Error(), "want a port GUID") {
+			t.Errorf("%q: error %q does not say which forms are accepted", bad, err)
 		}
 	}
 }
