@@ -430,7 +430,7 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 		c.postRecv(allSlots(c.nRecv)...)
 	}
 	go c.poll()
-	c.log.Info("channel connected", "remote", addrString(conn.RemoteAddr()), "imm", c.immOffset > 0, "established", established)
+	c.log.Info("channel connected", "imm", c.immOffset > 0, "established", established)
 	if established {
 		c.transition(evEstablished)
 	} else {

@@ -88,7 +88,7 @@ func NewPort(cfg Config, dev rdma.Device, core Core) (*Port, error) {
 		cfg:      cfg,
 		dev:      dev,
 		core:     core,
-		log:      cfg.Logger.With("port", fmt.Sprintf("%016x", cfg.ServiceGUID)),
+		log:      cfg.Logger.With("service_guid", fmt.Sprintf("%016x", cfg.ServiceGUID)),
 		enabled:  true,
 		nexuses:  map[string]*nexus{},
 		channels: map[*channel]struct{}{},
