@@ -85,8 +85,13 @@ type LUNSection struct {
 	BlockSize  int     `toml:"block_size,omitzero" json:"block_size,omitempty"`    // 512, 1024, 2048, 4096
 	ReadOnly   bool    `toml:"read_only,omitempty" json:"read_only,omitempty"`     // DATA PROTECT on writes
 	WriteCache bool    `toml:"write_cache,omitempty" json:"write_cache,omitempty"` // initial WCE
-	Serial     string  `toml:"serial,omitempty" json:"serial,omitempty"`           // VPD 80h
-	WWN        string  `toml:"wwn,omitempty" json:"wwn,omitempty"`                 // NAA 6 designator, 32 hex digits
+	// ThinProvisioning advertises logical block provisioning (LBPME; UNMAP,
+	// WRITE SAME with UNMAP, GET LBA STATUS deallocate and report holes).
+	// Unset: on when the backstore can deallocate (ram, file, a block
+	// device with discard or write zeroes).
+	ThinProvisioning *bool  `toml:"thin_provisioning" json:"thin_provisioning,omitempty"`
+	Serial           string `toml:"serial,omitempty" json:"serial,omitempty"` // VPD 80h
+	WWN              string `toml:"wwn,omitempty" json:"wwn,omitempty"`       // NAA 6 designator, 32 hex digits
 }
 
 // ACLSection admits one initiator.

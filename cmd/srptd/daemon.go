@@ -224,6 +224,11 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 		WriteCache: sec.WriteCache,
 		Logger:     d.log.With("lun", n),
 	}
+	if sec.ThinProvisioning != nil {
+		lc.ThinProvisioning = *sec.ThinProvisioning
+	} else {
+		lc.ThinProvisioning = canDeallocate(st.bs)
+	}
 	if sec.WWN != "" {
 		lc.NAA, _ = parseWWN(sec.WWN)
 	}
@@ -689,4 +694,17 @@ type coreAdapter struct {
 
 func (a coreAdapter) OpenSession(n scsi.Nexus) (scsi.Session, error) {
 	return countingSession{Session: a.t.NewSession(n), stats: a.stats}, nil
+}
+
+// canDeallocate reports whether bs can unmap blocks (the default of a LUN's
+// thin_provisioning key).
+func canDeallocate(bs backstore.Backstore) bool {
+	u, ok := bs.(backstore.Unmapper)
+	if !ok {
+		return false
+	}
+	if us, ok := u.(backstore.UnmapSupporter); ok {
+		return us.UnmapSupported()
+	}
+	return true
 }

@@ -467,6 +467,7 @@ mpa_crc = true
 lun = 0
 backstore = "ram"
 size = "3GiB"
+thin_provisioning = false
 [[lun]]
 lun = 7
 name = "seven"
@@ -553,5 +554,52 @@ read_only = [1]
 	}
 	if err := s.Read16(ctx, initiator.LUN(1), 0, w, 512, false); err != nil {
 		t.Fatalf("read of read-only LUN 1: %v", err)
+	}
+}
+
+// TestThinProvisioning: a RAM or file LUN advertises logical block
+// provisioning by default (READ CAPACITY(16) LBPME, SBC-3 §5.16.2) and UNMAP
+// works; thin_provisioning = false turns it off, and UNMAP is then an
+// unsupported command (05/20/00, SBC-3 §5.29: UNMAP needs LBPME).
+func TestThinProvisioning(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, `
+[target]
+demo_mode = true
+[[port]]
+listen = ["127.0.0.1:0"]
+[[lun]]
+lun = 0
+backstore = "ram"
+size = "1MiB"
+[[lun]]
+lun = 1
+backstore = "file"
+path = "`+filepath.Join(dir, "thin.img")+`"
+size = "1MiB"
+[[lun]]
+lun = 2
+backstore = "ram"
+size = "1MiB"
+thin_provisioning = false
+`)
+	dr := launch(t, "-config", cfg)
+	s := dr.login(t)
+	ctx := testCtx(t)
+	for lun, want := range []bool{true, true, false} {
+		c, err := s.ReadCapacity16(ctx, initiator.LUN(lun))
+		if err != nil {
+			t.Fatalf("LUN %d: READ CAPACITY(16): %v", lun, err)
+		}
+		if c.LBPME != want {
+			t.Errorf("LUN %d: LBPME = %v, want %v", lun, c.LBPME, want)
+		}
+		err = s.Unmap(ctx, initiator.LUN(lun), []initiator.Extent{{LBA: 0, Blocks: 8}})
+		switch {
+		case want && err != nil:
+			t.Errorf("LUN %d: UNMAP: %v", lun, err)
+		case !want && !initiator.IsSense(err, 5, 0x20, 0) && !initiator.IsSense(err, 5, 0x24, 0):
+			t.Errorf("LUN %d: UNMAP without provisioning: %v, want ILLEGAL REQUEST", lun, err)
+		}
 	}
 }
