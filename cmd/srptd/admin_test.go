@@ -460,6 +460,23 @@ func TestMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The target counts a command in progress until its response's SEND
+	// completes, which it may see after the initiator has the response:
+	// wait for that before expecting a queue depth of 0.
+	for {
+		idle := true
+		for _, ss := range dr.d.Sessions() {
+			idle = idle && ss.Outstanding == 0
+		}
+		if idle {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("commands still in progress: %+v", dr.d.Sessions())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	resp, err := http.Get("http://" + dr.metricsAddr.String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
