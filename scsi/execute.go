@@ -6,7 +6,6 @@ import (
 	"syscall"
 
 	"github.com/gosrp/gosrp/backstore"
-	"github.com/gosrp/gosrp/scsi/pr"
 )
 
 // cmdCtx is what an opcode handler sees of a command.
@@ -360,7 +359,7 @@ func (s *session) itNexusReset(ctx context.Context) TMFResponse {
 			lu.establishUALocked(s.key, ReasonUAITNexusLoss)
 		}
 		lu.mu.Unlock()
-		lu.pr.NexusLost(pr.Nexus(s.nexus))
+		lu.pr.NexusLost(s.nexus.forPR())
 	}
 	return TMFComplete
 }

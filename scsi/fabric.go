@@ -1,6 +1,10 @@
 package scsi
 
-import "context"
+import (
+	"context"
+
+	"github.com/gosrp/gosrp/scsi/pr"
+)
 
 // This file is the meeting point of the SCSI target core and a fabric (the SRP
 // target). It plays the part of LIO's target_core_fabric_ops, kept small: the
@@ -29,6 +33,13 @@ type Nexus struct {
 	// RelativeTargetPort is the target port's relative port identifier
 	// (SPC-4 §7.8.6.3), 1-based.
 	RelativeTargetPort uint16
+	// TargetPortName, when set, is the target port's SCSI name (SPC-4
+	// §7.8.6.11): VPD page 83h then carries the SCSI name string designators
+	// "<name>,t,0x<relative port, 4 hex digits>" (association target port)
+	// and "<name>" (association target device), as LIO's
+	// spc_emulate_evpd_83 reports its target port group name and tag. An SRP
+	// target on an HCA port uses ib_srpt's name for that port.
+	TargetPortName string
 	// TransportID is the SPC-4 §7.6.4 TransportID of the initiator port
 	// (SRP: protocol identifier 4, 24 bytes), for PERSISTENT RESERVE IN READ
 	// FULL STATUS and REGISTER AND MOVE.
@@ -137,4 +148,14 @@ type Session interface {
 	TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTag uint64) TMFResponse
 	// Close ends the nexus: outstanding commands are aborted and waited for.
 	Close()
+}
+
+// forPR is the nexus as the persistent reservation state identifies it.
+func (n Nexus) forPR() pr.Nexus {
+	return pr.Nexus{
+		InitiatorPortID:    n.InitiatorPortID,
+		TargetPortID:       n.TargetPortID,
+		RelativeTargetPort: n.RelativeTargetPort,
+		TransportID:        n.TransportID,
+	}
 }

@@ -463,7 +463,7 @@ func (lu *LogicalUnit) dropNexus(n Nexus) {
 	lu.uaPending.Add(-int64(len(lu.uas[key])))
 	delete(lu.uas, key)
 	lu.mu.Unlock()
-	lu.pr.NexusLost(pr.Nexus(n))
+	lu.pr.NexusLost(n.forPR())
 }
 
 // PendingUnitAttentions returns the sense codes (ASC<<8|ASCQ) of unit

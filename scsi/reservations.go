@@ -69,7 +69,7 @@ func prFailure(o pr.Outcome) failure {
 // run for its I_T nexus (SPC-4 §5.13.1 table 45, SBC-3 §4.17 table 13,
 // SPC-2 §5.5.1), as decided by pr.State.Check.
 func (lu *LogicalUnit) checkReservation(c *cmdCtx) failure {
-	return prFailure(lu.pr.Check(pr.Nexus(c.s.nexus), pr.Classify(c.cdb)))
+	return prFailure(lu.pr.Check(c.s.nexus.forPR(), pr.Classify(c.cdb)))
 }
 
 // resetReservations releases the SPC-2 reservation on logical unit reset
@@ -78,7 +78,7 @@ func (lu *LogicalUnit) resetReservations() { lu.pr.LUNReset() }
 
 // execPRIn: PERSISTENT RESERVE IN, SPC-4 §6.15.
 func execPRIn(c *cmdCtx) failure {
-	n, o := c.lu.pr.In(pr.Nexus(c.s.nexus), c.cdb, c.cmd.DataIn)
+	n, o := c.lu.pr.In(c.s.nexus.forPR(), c.cdb, c.cmd.DataIn)
 	c.res.DataInWanted = int(be16(c.cdb[7:]))
 	if !o.OK() {
 		return prFailure(o)
@@ -96,7 +96,7 @@ func execPROut(c *cmdCtx) failure {
 	pll := int(be32(c.cdb[5:]))
 	c.res.DataOutWanted = pll
 	c.res.DataOutUsed = min(pll, len(c.cmd.DataOut))
-	eff, o := lu.pr.Out(pr.Nexus(c.s.nexus), c.cdb, c.cmd.DataOut)
+	eff, o := lu.pr.Out(c.s.nexus.forPR(), c.cdb, c.cmd.DataOut)
 	if !o.OK() {
 		return prFailure(o)
 	}
@@ -126,7 +126,7 @@ func execPROut(c *cmdCtx) failure {
 			if t.sess.key == c.s.key {
 				return false
 			}
-			n := pr.Nexus(t.sess.nexus)
+			n := t.sess.nexus.forPR()
 			for _, set := range eff.Abort {
 				if set.Contains(n) {
 					return true
@@ -147,7 +147,7 @@ func execPROut(c *cmdCtx) failure {
 
 // execReserveRelease: RESERVE(6)/(10), RELEASE(6)/(10), SPC-2 §7.21–7.24.
 func execReserveRelease(c *cmdCtx) failure {
-	n := pr.Nexus(c.s.nexus)
+	n := c.s.nexus.forPR()
 	switch c.cdb[0] {
 	case opReserve6, opReserve10:
 		return prFailure(c.lu.pr.Reserve(n, c.cdb))

@@ -2,6 +2,7 @@ package scsi
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 )
 
@@ -164,7 +165,27 @@ func (c *cmdCtx) deviceIdentification() []byte {
 	// Target port group: PIV=1, association target port, type 5.
 	b = append(b, proto|0x01, 0x80|0x10|0x05, 0x00, 4, 0, 0)
 	b = binary.BigEndian.AppendUint16(b, c.s.t.cfg.TargetPortGroup)
+	if name := c.s.nexus.TargetPortName; name != "" {
+		// SCSI name strings: code set UTF-8, PIV=1, type 8; association
+		// target port, then target device.
+		port := fmt.Sprintf("%s,t,0x%04x", name, c.s.nexus.RelativeTargetPort)
+		b = appendSCSIName(b, proto|0x03, 0x80|0x10|0x08, port)
+		b = appendSCSIName(b, proto|0x03, 0x80|0x20|0x08, name)
+	}
 	return b
+}
+
+// appendSCSIName appends a SCSI name string designator (SPC-4 §7.8.6.11):
+// the name, a terminating NUL and NUL padding to a multiple of 4 bytes.
+func appendSCSIName(b []byte, b0, b1 byte, name string) []byte {
+	n := (len(name) + 1 + 3) &^ 3
+	if n > 252 { // the DESIGNATOR LENGTH is one byte; keep it a multiple of 4
+		n = 252
+		name = name[:n-1]
+	}
+	b = append(b, b0, b1, 0x00, byte(n))
+	b = append(b, name...)
+	return append(b, make([]byte, n-len(name))...)
 }
 
 // extendedInquiry is the body of VPD page 86h (SPC-4 §7.8.7): HEADSUP,

@@ -318,3 +318,34 @@ func TestReportTimestamp(t *testing.T) {
 	}
 	wantBytes(t, "REPORT TIMESTAMP", cmd.DataIn, hx(`000a 03 00 019b7ca98c8e 0000`))
 }
+
+// TestVPD83SCSIName: with a target port name the page adds two SCSI name
+// string designators (SPC-4 §7.8.6.11, table 602): code set 3 (UTF-8) with
+// protocol identifier 4 (SRP) and PIV=1, type 8; association 01b (target
+// port: "<name>,t,0x<relative port>") then 10b (target device: "<name>"),
+// each NUL-terminated and NUL-padded to a multiple of 4 bytes, as LIO's
+// spc_emulate_evpd_83 reports ib_srpt ports.
+func TestVPD83SCSIName(t *testing.T) {
+	f := newFixture(t, LUConfig{Serial: "0123456789abcdef"})
+	n := nexusB
+	n.TargetPortName = "0xfe800000000000000002c903000e8acd" // 34 characters
+	s := f.tg.NewSession(n)
+	defer s.Close()
+	cmd := &Command{Tag: 1, LUN: EncodeLUN(0), CDB: cdbInquiry(true, 0x83, 512), DataIn: make([]byte, 512)}
+	r := s.Execute(testCtx(t), cmd)
+	if r.Status != StatusGood {
+		t.Fatalf("status %#x", r.Status)
+	}
+	want := hx(`00 83 00 98` +
+		`01 03 00 10 60 01 40 50 12 34 56 78 9a bc de f0 00 00 00 00` +
+		`02 01 00 18 474f535250202020 30313233343536373839616263646566` +
+		`41 94 00 04 00 00 00 01` +
+		`41 95 00 04 00 00 00 00` +
+		`43 98 00 2c`)
+	want = append(want, "0xfe800000000000000002c903000e8acd,t,0x0001"...) // 43 + NUL = 44
+	want = append(want, 0)
+	want = append(want, hx(`43 a8 00 24`)...)
+	want = append(want, "0xfe800000000000000002c903000e8acd"...) // 34 + NUL + pad = 36
+	want = append(want, 0, 0)
+	wantBytes(t, "VPD 83 with SCSI names", cmd.DataIn[:r.DataInLen], want)
+}

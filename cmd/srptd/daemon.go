@@ -541,6 +541,7 @@ func (d *daemon) startPorts(ctx context.Context) error {
 		tc.DemoMode = d.demo
 		tc.Name = name
 		tc.RelativePort = uint16(i + 1)
+		tc.TargetPortName = targetPortName(dev, pc)
 		tc.Logger = plog
 		p, err := target.NewPort(tc, dev, coreAdapter{t: d.core, stats: &d.stats})
 		if err != nil {

@@ -1,7 +1,7 @@
 package pr
 
 // Nexus identifies the I_T nexus a command arrived on (SAM-5 §4.7). Its
-// fields are those of scsi.Nexus, so a caller converts with pr.Nexus(n).
+// fields are the identifying fields of scsi.Nexus.
 type Nexus struct {
 	// InitiatorPortID is the initiator port's identifier as text (SRP: the
 	// 16-byte initiator port identifier as 32 lowercase hex digits).

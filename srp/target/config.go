@@ -40,6 +40,10 @@ type Config struct {
 	// RelativePort is the SPC-4 relative target port identifier, 1-based
 	// (0 means 1).
 	RelativePort uint16
+	// TargetPortName is the SCSI target port name its LUNs report in VPD
+	// page 83h (scsi.Nexus.TargetPortName); empty reports none. On an HCA
+	// port, ib_srpt's GID-form port name (srpt_make_tport).
+	TargetPortName string
 
 	// MaxReqSize is the largest IU the initiator may send, in bytes
 	// (LOGIN_RSP max_it_iu_len). It sizes each receive buffer.

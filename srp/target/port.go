@@ -508,6 +508,7 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, self *channel
 			InitiatorPortID:    key,
 			TargetPortID:       hex.EncodeToString(p.id[:]),
 			RelativeTargetPort: p.cfg.RelativePort,
+			TargetPortName:     p.cfg.TargetPortName,
 			TransportID:        transportID(lr.InitiatorPortID),
 		}
 		sess, err := p.core.OpenSession(nexusID)
