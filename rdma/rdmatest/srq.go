@@ -388,10 +388,11 @@ func testSRQEmpty(t *testing.T, f Factory) {
 	e := newEnv(t, f)
 	s := e.srq(4)
 	d0, a0 := e.connect(rdma.QPConfig{}, rdma.QPConfig{})
-	// A provider that refuses such a SEND does so within a second, unless
-	// badly starved; one that waits must still be waiting then.
+	// A provider that refuses such a SEND does so within 5 s even on a
+	// starved machine (go test -race of many packages on 2 CPUs); one that
+	// waits must still be waiting then.
 	plain := sendToEmpty(e, d0, a0, e.reg(e.a, 16, lw, 0), func(r rdma.RecvWR) error { return a0.PostRecv(r) },
-		time.Second, false)
+		5*time.Second, false)
 	d1, a1 := e.connectSRQ(s)
 	d2, a2 := e.connectSRQ(s)
 	shared := sendToEmpty(e, d1, a1, e.reg(e.a, 16, lw, 0), func(r rdma.RecvWR) error { return s.PostRecv(r) },
