@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -78,7 +79,7 @@ func (d *daemon) Backstores() []backstoreJSON {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := []backstoreJSON{}
-	for _, n := range slicesSorted(d.luns) {
+	for _, n := range slices.Sorted(maps.Keys(d.luns)) {
 		st := d.luns[n]
 		b := backstoreJSON{LUN: n, Name: st.sec.Name, Type: st.sec.Backstore, Path: st.path, Size: st.bs.Size(), ReadOnly: st.sec.ReadOnly}
 		switch bs := st.bs.(type) {
@@ -105,7 +106,7 @@ func (d *daemon) LUNs() []lunJSON {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	out := []lunJSON{}
-	for _, n := range slicesSorted(d.luns) {
+	for _, n := range slices.Sorted(maps.Keys(d.luns)) {
 		st := d.luns[n]
 		out = append(out, lunJSON{
 			LUN: n, Name: st.sec.Name, Backstore: st.sec.Backstore, Path: st.path,
@@ -114,15 +115,6 @@ func (d *daemon) LUNs() []lunJSON {
 		})
 	}
 	return out
-}
-
-func slicesSorted[V any](m map[uint64]V) []uint64 {
-	keys := make([]uint64, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // Sessions reports every channel of every port.

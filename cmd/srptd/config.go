@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -501,7 +502,7 @@ func validateACL(f string, a ACLSection, luns map[uint64]bool) (target.Initiator
 	if err != nil {
 		return m, ferr(f+".initiator", "%v", err)
 	}
-	for _, k := range sortedKeys(a.LUNs) {
+	for _, k := range slices.Sorted(maps.Keys(a.LUNs)) {
 		v := a.LUNs[k]
 		n, err := strconv.ParseUint(k, 10, 64)
 		if err != nil || n > 16383 {
@@ -557,15 +558,6 @@ func hasKey(m map[string]uint64, n uint64) bool {
 	return ok
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
 // targetConfig builds the SRP target port configuration (without the
 // service GUID, name and logger).
 func (c *Config) targetConfig(guid uint64) target.Config {
@@ -603,7 +595,7 @@ func (c *Config) targetACLs() []target.ACL {
 		acl := target.ACL{Initiator: m}
 		if len(a.LUNs) > 0 {
 			acl.LUNs = map[uint64]uint64{}
-			for _, k := range sortedKeys(a.LUNs) {
+			for _, k := range slices.Sorted(maps.Keys(a.LUNs)) {
 				n, _ := strconv.ParseUint(k, 10, 64)
 				acl.LUNs[n] = a.LUNs[k]
 			}

@@ -403,7 +403,7 @@ func (d *daemon) detachLUN(n uint64) (*lunState, error) {
 		return nil, notFoundf("no LUN %d", n)
 	}
 	for _, a := range d.cfg.ACLs {
-		for _, k := range sortedKeys(a.LUNs) {
+		for _, k := range slices.Sorted(maps.Keys(a.LUNs)) {
 			if a.LUNs[k] == n {
 				return nil, conflictf("ACL %s maps its LUN %s to LUN %d; remove or change the ACL first", a.Initiator, k, n)
 			}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,7 +46,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		st   *lunStats
 	}
 	var luns []lun
-	for _, n := range slicesSorted(c.d.luns) {
+	for _, n := range slices.Sorted(maps.Keys(c.d.luns)) {
 		luns = append(luns, lun{n, c.d.luns[n].sec.Name, c.d.luns[n].stats})
 	}
 	c.d.mu.Unlock()
