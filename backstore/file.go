@@ -224,22 +224,34 @@ func (b *File) Unmap(off, length int64) error {
 	if b.block {
 		return b.unmapDevice(off, length)
 	}
+	if done, err := b.punchHole(off, length); done || err != nil {
+		return err
+	}
+	return writeZeros(b, off, length)
+}
+
+// punchHole deallocates length bytes at off with fallocate(PUNCH_HOLE|
+// KEEP_SIZE). done is false (with a nil error) when the file system or
+// device does not support it — remembered, so later calls skip the system
+// call — and the caller must zero the range another way.
+func (b *File) punchHole(off, length int64) (done bool, err error) {
 	b.mu.RLock()
 	np := b.noPunch
 	b.mu.RUnlock()
-	if !np {
-		err := syscall.Fallocate(b.fd, fallocPunchHole|fallocKeepSize, off, length)
-		if err == nil {
-			return nil
-		}
-		if err != syscall.EOPNOTSUPP && err != syscall.ENOSYS {
-			return err
-		}
-		b.mu.Lock()
-		b.noPunch = true
-		b.mu.Unlock()
+	if np {
+		return false, nil
 	}
-	return writeZeros(b, off, length)
+	err = syscall.Fallocate(b.fd, fallocPunchHole|fallocKeepSize, off, length)
+	if err == nil {
+		return true, nil
+	}
+	if err != syscall.EOPNOTSUPP && err != syscall.ENOSYS {
+		return false, err
+	}
+	b.mu.Lock()
+	b.noPunch = true
+	b.mu.Unlock()
+	return false, nil
 }
 
 // unmapDevice is Unmap for a block device.
@@ -261,20 +273,8 @@ func (b *File) unmapDevice(off, length int64) error {
 			return err
 		}
 	}
-	b.mu.RLock()
-	np := b.noPunch
-	b.mu.RUnlock()
-	if !np {
-		err := syscall.Fallocate(b.fd, fallocPunchHole|fallocKeepSize, start, stop-start)
-		if err == nil {
-			return nil
-		}
-		if err != syscall.EOPNOTSUPP && err != syscall.ENOSYS {
-			return err
-		}
-		b.mu.Lock()
-		b.noPunch = true
-		b.mu.Unlock()
+	if done, err := b.punchHole(start, stop-start); done || err != nil {
+		return err
 	}
 	r := [2]uint64{uint64(start), uint64(stop - start)}
 	return ioctl(b.fd, blkZeroOut, unsafe.Pointer(&r))
