@@ -25,3 +25,10 @@ if ((${#missing[@]})); then
 fi
 export PATH=$PATH:/usr/local/go/bin
 go mod download
+# static analysis, pinned (scripts/test.sh runs it)
+staticcheck_version=v0.8.2
+if ! [ -x "$(go env GOPATH)/bin/staticcheck" ] ||
+  ! "$(go env GOPATH)/bin/staticcheck" -version 2>/dev/null | grep -q "(${staticcheck_version#v})"; then
+  echo "deps: installing staticcheck $staticcheck_version"
+  go install "honnef.co/go/tools/cmd/staticcheck@$staticcheck_version"
+fi

@@ -448,7 +448,7 @@ func TestConformancePROutErrors(t *testing.T) {
 	wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x26, 0x04)
 	// PARAMETER LIST LENGTH other than 24 without SPEC_I_PT: PARAMETER
 	// LIST LENGTH ERROR (§6.16.3).
-	cdb, p = prOut(0x00, 0, 0xA1, 0xA1)
+	cdb, _ = prOut(0x00, 0, 0xA1, 0xA1)
 	for _, n := range []byte{0, 8, 23, 25, 32} {
 		c := append([]byte(nil), cdb...)
 		c[8] = n

@@ -251,9 +251,7 @@ func buildOpTable() *opTable {
 		if e := t.plain[op]; e != nil {
 			t.all = append(t.all, e)
 		}
-		for _, e := range sortedBySA(t.sa[op]) {
-			t.all = append(t.all, e)
-		}
+		t.all = append(t.all, sortedBySA(t.sa[op])...)
 	}
 	return t
 }

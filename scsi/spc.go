@@ -287,8 +287,8 @@ func execReportTPG(c *cmdCtx) failure {
 		b[5] = 0    // IMPLICIT TRANSITION TIME
 	}
 	d := b[hdr:]
-	d[0] = 0x80 | 0x00 // PREF=1, ASYMMETRIC ACCESS STATE active/optimized
-	d[1] = 0x01        // AO_SUP
+	d[0] = 0x80 // PREF=1, ASYMMETRIC ACCESS STATE 0h (active/optimized)
+	d[1] = 0x01 // AO_SUP
 	binary.BigEndian.PutUint16(d[2:], c.s.t.cfg.TargetPortGroup)
 	d[7] = byte(len(ports))
 	for i, p := range ports {

@@ -279,14 +279,6 @@ func rspFlags(f srp.RspFlags) string {
 	return fmt.Sprintf("%#02x (%s)", uint8(f), strings.Join(s, "|"))
 }
 
-func directFields(d srp.DirectBuf) []field {
-	return []field{
-		num("va", d.VA, fmt.Sprintf("%#x", d.VA)),
-		num("key", d.Key, fmt.Sprintf("%#x", d.Key)),
-		num("len", d.Len, ""),
-	}
-}
-
 func descList(ds []srp.DirectBuf) field {
 	list := make([]any, 0, len(ds))
 	f := field{key: "desc_list", text: fmt.Sprintf("%d descriptor(s)", len(ds))}

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,7 +37,11 @@ func startSrptd(t *testing.T, ctx context.Context) ([]string, string) {
 	t.Helper()
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "srptd")
-	goCmd := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts its own toolchain's bin directory first in PATH.
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("go command: %v", err)
+	}
 	if out, err := exec.CommandContext(ctx, goCmd, "build", "-o", bin, "../srptd").CombinedOutput(); err != nil {
 		t.Fatalf("go build srptd: %v\n%s", err, out)
 	}

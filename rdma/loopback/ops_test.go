@@ -42,7 +42,6 @@ type opsSide struct {
 	nextRecv uint64
 	recvHeld int
 	lastSend int64 // last send completion ID seen, -1 before
-	recvDone int   // receive completions seen
 	okRecvs  int   // successful receives seen
 	sends    []uint64
 	sentOK   map[uint64]bool

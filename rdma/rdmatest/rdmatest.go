@@ -1492,7 +1492,6 @@ func testConcurrent(t *testing.T, f Factory) {
 		dev     rdma.Device
 		rb, sb  rdma.MemoryRegion
 		errs    chan error
-		seen    [workers]int
 		results chan []rdma.Completion
 	}
 	sides := []*side{{c: d, dev: e.b}, {c: a, dev: e.a}}

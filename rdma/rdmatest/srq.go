@@ -295,7 +295,7 @@ func testSRQClose(t *testing.T, f Factory) {
 		c, err := r.Accept(e.ctx, rdma.QPConfig{SRQ: s}, nil)
 		if err == nil {
 			c.Close()
-			accepted <- errors.New("Accept with a closed SRQ succeeded")
+			accepted <- errors.New("accept with a closed SRQ succeeded")
 			return
 		}
 		r.Reject(nil) // the request may still be pending

@@ -15,7 +15,6 @@ import (
 type stubConn struct {
 	rdma.Conn
 	sent [][]byte
-	done chan struct{}
 }
 
 func (c *stubConn) PostSend(wrs ...rdma.SendWR) error {

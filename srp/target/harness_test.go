@@ -103,8 +103,6 @@ func (f *fakeCore) OpenSession(n scsi.Nexus) (scsi.Session, error) {
 
 type fakeSession struct{ f *fakeCore }
 
-var errAborted = errors.New("aborted")
-
 func (s *fakeSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Result {
 	f := s.f
 	ctx, cancel := context.WithCancel(ctx)

@@ -44,8 +44,10 @@ func TestStepForwardOnly(t *testing.T) {
 // TestCredits follows T10 SRP r16a §5.5.2 accounting through a sequence.
 func TestCreditsPure(t *testing.T) {
 	c := newCredits(2)
-	if !c.request() || !c.request() {
-		t.Fatal("initial credit refused")
+	for i := range 2 {
+		if !c.request() {
+			t.Fatalf("initial credit %d of 2 refused", i+1)
+		}
 	}
 	if c.request() {
 		t.Fatal("third request accepted with req_lim 0")
