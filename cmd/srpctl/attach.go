@@ -210,7 +210,10 @@ func checkMountPoint(dir string) error {
 }
 
 func newAttachCmd() *cobra.Command {
-	var tf targetFlags
+	// attach logs in as ib_srp does (SINGLE), replacing channels an
+	// earlier attach of this host left behind; other srpctl commands join
+	// its I_T nexus.
+	tf := targetFlags{single: true}
 	var allowOther, debug bool
 	c := &cobra.Command{
 		Use:   "attach TARGET MOUNTPOINT",

@@ -31,6 +31,7 @@ type targetFlags struct {
 	devLoss        time.Duration
 	verbose        bool
 	initiatorGUID  uint64
+	single         bool
 }
 
 func addTargetFlags(c *cobra.Command, tf *targetFlags, withLUN bool) {
@@ -45,6 +46,7 @@ func addTargetFlags(c *cobra.Command, tf *targetFlags, withLUN bool) {
 	f.DurationVar(&tf.devLoss, "dev-loss-tmo", 0, "give up this long after a channel loss (default 600s)")
 	f.BoolVarP(&tf.verbose, "verbose", "v", false, "log channel events to stderr")
 	f.Uint64Var(&tf.initiatorGUID, "initiator-guid", 0, "second half of the initiator port ID (default derived from the host name)")
+	f.BoolVar(&tf.single, "single", tf.single, "log in with multichannel action SINGLE, as Linux ib_srp does: the target logs out every other channel of this initiator port (another srpctl's too); without it the login joins them (MULTI)")
 	if c.Args == nil {
 		// Commands with more positional arguments than TARGET set Args themselves.
 		c.Args = cobra.ExactArgs(1)
@@ -103,6 +105,7 @@ func (tf *targetFlags) options(target string) (initiator.Options, error) {
 	o.CommandTimeout = tf.cmdTimeout
 	o.ReconnectDelay, o.FastIOFailTmo, o.DevLossTmo = tf.reconnectDelay, tf.fastIOFail, tf.devLoss
 	o.InitiatorGUID = tf.initiatorGUID
+	o.JoinNexus = !tf.single
 	o.Logger = tf.logger()
 	return o, nil
 }

@@ -182,7 +182,7 @@ func parseLoginRej(b []byte, ch int) error {
 func dialChannel(ctx context.Context, s *Session, idx int) (*channel, error) {
 	o := s.opts
 	cfg := rdma.QPConfig{SendDepth: o.QueueSize + tmfSlots + rspSlots, RecvDepth: o.QueueSize, MaxSGE: 2, IRD: respResources, ORD: 0}
-	conn, reply, err := s.dev.Dial(ctx, o.Dest, cfg, loginPrivateData(o, idx > 0))
+	conn, reply, err := s.dev.Dial(ctx, o.Dest, cfg, loginPrivateData(o, o.loginMulti(idx)))
 	if err != nil {
 		var rej *rdma.RejectError
 		if errors.As(err, &rej) {

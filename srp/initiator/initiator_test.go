@@ -858,3 +858,18 @@ func TestRunReissuesUnitAttention(t *testing.T) {
 		t.Errorf("Execute with a unit attention pending: %v, status %#x, want CHECK CONDITION", err, res.Status)
 	}
 }
+
+// TestLoginMulti: channel 0 logs in with SINGLE unless JoinNexus; every
+// later channel with MULTI.
+func TestLoginMulti(t *testing.T) {
+	for _, c := range []struct {
+		join bool
+		idx  int
+		want byte
+	}{{false, 0, 0x80}, {false, 1, 0x81}, {true, 0, 0x81}, {true, 3, 0x81}} {
+		o := Options{Dest: "x", JoinNexus: c.join}.withDefaults()
+		if got := loginPrivateData(o, o.loginMulti(c.idx))[10]; got != c.want {
+			t.Errorf("JoinNexus %v channel %d: req_flags %#x, want %#x", c.join, c.idx, got, c.want)
+		}
+	}
+}

@@ -70,6 +70,15 @@ type Options struct {
 	// InitiatorGUID is the second half of the initiator port identifier (the
 	// port GUID in ib_srp). 0 derives a stable value from the host name.
 	InitiatorGUID uint64
+	// JoinNexus logs channel 0 in with multichannel action MULTI too, so
+	// the login keeps the channels other sessions of the same initiator
+	// port hold on the target; they share one I_T nexus, its unit
+	// attentions and reservations (T10 SRP r16a, SRP_LOGIN_REQ
+	// MULTI-CHANNEL ACTION). false sends SINGLE on channel 0, as Linux
+	// ib_srp always does (srp_connect_target): the target logs out every
+	// other channel of the I_T nexus, stale ones of an earlier session
+	// included.
+	JoinNexus bool
 	// IOClass selects the port identifier layout (io_class); 0 means rev. 16a.
 	IOClass uint16
 	// QueueSize is the number of IUs per channel (ib_srp target->queue_size:
@@ -182,6 +191,10 @@ func (o Options) validate() error {
 	}
 	return nil
 }
+
+// loginMulti reports whether channel idx logs in with multichannel action
+// MULTI: every channel after the first, and the first too with JoinNexus.
+func (o Options) loginMulti(idx int) bool { return idx > 0 || o.JoinNexus }
 
 // ReqITIULen is the initiator-to-target IU length the login requests, bytes:
 // max(48 + 16 + 20 + 16*cmd_sg_entries, 68 + max_imm_data) when immediate

@@ -68,7 +68,8 @@ type Session struct {
 }
 
 // Dial logs in to the target opts describe, over dev: channel 0 with
-// multichannel action SINGLE, the others MULTI (Linux srp_connect_target).
+// multichannel action SINGLE (MULTI with opts.JoinNexus), the others MULTI
+// (Linux srp_connect_target).
 // A rejected login returns *LoginRejectError.
 func Dial(ctx context.Context, dev rdma.Device, opts Options) (*Session, error) {
 	opts = opts.withDefaults()
