@@ -59,6 +59,7 @@ type daemon struct {
 	listeners  []rdma.Listener
 	addrs      []net.Addr
 	loginLines []string
+	claims     []*guidClaim // service GUIDs announced to other srptd processes
 	serveWG    sync.WaitGroup
 	cancel     context.CancelFunc
 }
@@ -533,10 +534,11 @@ func (d *daemon) startPorts(ctx context.Context) error {
 		if pc.ServiceGUID != "" {
 			guid, _ = parseGUID(pc.ServiceGUID)
 		} else if guid == 0 {
-			if guid, err = d.ident.portGUID(name, hostGUID(i)); err != nil {
+			if guid, err = d.ident.portGUID(name, hostGUID(i, d.dataDir)); err != nil {
 				return fmt.Errorf("port[%d]: storing the service GUID: %w", i, err)
 			}
 		}
+		d.claims = append(d.claims, claimGUID(guid, name, d.dataDir, plog))
 		tc := d.cfg.targetConfig(guid)
 		tc.DemoMode = d.demo
 		tc.Name = name
@@ -628,6 +630,10 @@ func (d *daemon) close() {
 		_ = dev.Close()
 	}
 	d.devices = nil
+	for _, c := range d.claims {
+		c.release()
+	}
+	d.claims = nil
 	for _, n := range slices.Sorted(maps.Keys(d.luns)) {
 		d.luns[n].close(d.log)
 	}

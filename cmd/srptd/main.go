@@ -353,14 +353,23 @@ func portName(p PortSection, i int) string {
 	return fmt.Sprintf("port%d", i)
 }
 
-// hostGUID derives a stable service GUID for port i from the machine ID
-// (or the host name): the first 8 bytes of a SHA-256, with the EUI-64
-// locally-administered bit set and the group bit clear.
-func hostGUID(i int) uint64 {
+// hostGUID derives a service GUID for port i of the srptd with data
+// directory dataDir ("" for none) from the machine ID (or the host name)
+// and the directory's absolute path, so two data directories on one host
+// are two targets: the first 8 bytes of a SHA-256, with the EUI-64
+// locally-administered bit set and the group bit clear. identity.json
+// keeps the first value, so moving the directory keeps the GUID.
+func hostGUID(i int, dataDir string) uint64 {
 	seed, err := os.ReadFile("/etc/machine-id")
 	if err != nil || len(strings.TrimSpace(string(seed))) == 0 {
 		h, _ := os.Hostname()
 		seed = []byte(h)
+	}
+	if dataDir != "" {
+		if abs, err := filepath.Abs(dataDir); err == nil {
+			dataDir = abs
+		}
+		seed = append(append(seed, 0), dataDir...)
 	}
 	sum := sha256.Sum256(append([]byte(fmt.Sprintf("gosrp srptd port %d:", i)), seed...))
 	sum[0] = sum[0]&^0x01 | 0x02
