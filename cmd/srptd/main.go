@@ -201,6 +201,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		return err
 	}
 	if o.check {
+		if err := checkStart(ctx, cfg, org, dataDir, o.pprof, log); err != nil {
+			return err
+		}
 		fmt.Fprintln(stdout, "configuration OK")
 		return nil
 	}

@@ -293,7 +293,7 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var out bytes.Buffer
-	if err := run(context.Background(), []string{"-check", "-data-dir", filepath.Join(dir, "d")}, &out, io.Discard, nil); err != nil || out.String() != "configuration OK\n" {
+	if err := run(context.Background(), []string{"-check", "-data-dir", filepath.Join(dir, "d"), "-listen", "127.0.0.1:0"}, &out, io.Discard, nil); err != nil || out.String() != "configuration OK\n" {
 		t.Fatalf("-check: %v %q", err, out.String())
 	}
 	if _, err := os.Stat(filepath.Join(dir, "d")); err == nil {
