@@ -136,9 +136,12 @@ func execRead(c *cmdCtx) failure {
 	if m == 0 {
 		return ok
 	}
-	if _, err := lu.bs.ReadAt(c.cmd.DataIn[:m], lu.byteOff(lba)); err != nil {
-		lu.logger().Warn("scsi: read failed", "lba", lba, "blocks", n, "err", err)
-		return ioFailure(err, false, lba)
+	if got, err := lu.bs.ReadAt(c.cmd.DataIn[:m], lu.byteOff(lba)); err != nil {
+		// INFORMATION names the first block in error (SBC-3 §4.18.1):
+		// the backstore read the blocks before it.
+		bad := lba + uint64(got)>>lu.shift
+		lu.logger().Warn("scsi: read failed", "lba", bad, "blocks", n, "err", err)
+		return ioFailure(err, false, bad)
 	}
 	c.res.DataInLen = m
 	return ok
@@ -167,14 +170,18 @@ func (lu *LogicalUnit) writeThrough(fua bool) bool {
 // and makes it durable when required.
 func (lu *LogicalUnit) writeBlocks(data []byte, lba uint64, fua bool) failure {
 	lu.writeMu.RLock()
-	_, err := lu.bs.WriteAt(data, lu.byteOff(lba))
+	n, err := lu.bs.WriteAt(data, lu.byteOff(lba))
 	lu.writeMu.RUnlock()
+	// INFORMATION names the first block in error (SBC-3 §4.18.1): the
+	// backstore wrote the blocks before it; a failed flush leaves every
+	// block of the command in doubt.
+	bad := lba + uint64(n)>>lu.shift
 	if err == nil && lu.writeThrough(fua) {
-		err = lu.flush.Sync()
+		bad, err = lba, lu.flush.Sync()
 	}
 	if err != nil {
-		lu.logger().Warn("scsi: write failed", "lba", lba, "bytes", len(data), "err", err)
-		return ioFailure(err, true, lba)
+		lu.logger().Warn("scsi: write failed", "lba", bad, "bytes", len(data), "err", err)
+		return ioFailure(err, true, bad)
 	}
 	return ok
 }
