@@ -11,6 +11,7 @@ import (
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 // copyFlags are the dd-like flags of read and write.
@@ -38,26 +39,35 @@ func addCopyFlags(c *cobra.Command, cf *copyFlags, fileFlag, fileHelp string) {
 	c.MarkFlagRequired(fileFlag)
 }
 
+// bar returns the progress bar of a copy of total bytes. It draws on
+// stderr only when stderr is a terminal: redrawing one line with \r
+// makes a log file or a pipe unreadable, so anywhere else (and with
+// --quiet) it is silent.
 func (cf *copyFlags) bar(total int64, what string) *progressbar.ProgressBar {
-	if cf.quiet {
+	return newBar(os.Stderr, cf.quiet || !term.IsTerminal(int(os.Stderr.Fd())), total, what)
+}
+
+func newBar(w io.Writer, silent bool, total int64, what string) *progressbar.ProgressBar {
+	if silent {
 		return progressbar.DefaultBytesSilent(total, what)
 	}
 	return progressbar.NewOptions64(total,
 		progressbar.OptionSetDescription(what),
-		progressbar.OptionSetWriter(os.Stderr),
+		progressbar.OptionSetWriter(w),
 		progressbar.OptionShowBytes(true),
 		progressbar.OptionSetWidth(30),
 		progressbar.OptionThrottle(100_000_000),
 		progressbar.OptionShowCount(),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
 		progressbar.OptionFullWidth())
 }
 
-// chunks runs fn over [0,total) in bs-sized pieces with qd workers; the
-// first error stops the rest.
+// chunks runs fn over [0,total) in bs-sized pieces, in offset order, with
+// qd workers. The first error stops issuing new pieces; pieces already in
+// flight run to their end (cancelling them would turn their outcome,
+// perhaps a success, into an abort), and that first error is returned.
 func chunks(ctx context.Context, total int64, bs, qd int, fn func(ctx context.Context, off int64, n int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	stop := make(chan struct{})
 	offs := make(chan int64)
 	var wg sync.WaitGroup
 	var once sync.Once
@@ -69,7 +79,7 @@ func chunks(ctx context.Context, total int64, bs, qd int, fn func(ctx context.Co
 			for off := range offs {
 				n := int(min(int64(bs), total-off))
 				if err := fn(ctx, off, n); err != nil {
-					once.Do(func() { first = err; cancel() })
+					once.Do(func() { first = err; close(stop) })
 					return
 				}
 			}
@@ -79,6 +89,8 @@ feed:
 	for off := int64(0); off < total; off += int64(bs) {
 		select {
 		case offs <- off:
+		case <-stop:
+			break feed
 		case <-ctx.Done():
 			break feed
 		}
@@ -89,6 +101,132 @@ feed:
 		first = ctx.Err()
 	}
 	return first
+}
+
+// ackTracker follows which pieces of a write the target acknowledged, so
+// that progress and errors speak only of the acknowledged prefix: with
+// several commands in flight, a piece acknowledged beyond a failed one
+// does not make the data before it good. Safe for concurrent use.
+type ackTracker struct {
+	mu      sync.Mutex
+	bar     *progressbar.ProgressBar // shows the prefix
+	pending map[int64]int64          // acknowledged beyond the prefix: offset → bytes
+	prefix  int64                    // bytes [0, prefix) are all acknowledged
+	failOff int64                    // lowest failed offset, -1 while none failed
+	failErr error                    // its error
+}
+
+func newAckTracker(bar *progressbar.ProgressBar) *ackTracker {
+	return &ackTracker{bar: bar, pending: map[int64]int64{}, failOff: -1}
+}
+
+// ack records that the n bytes at off were acknowledged.
+func (a *ackTracker) ack(off int64, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pending[off] = int64(n)
+	for {
+		m, ok := a.pending[a.prefix]
+		if !ok {
+			break
+		}
+		delete(a.pending, a.prefix)
+		a.prefix += m
+	}
+	a.bar.Set64(a.prefix)
+}
+
+// fail records that the piece at off failed with err.
+func (a *ackTracker) fail(off int64, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.failOff < 0 || off < a.failOff {
+		a.failOff, a.failErr = off, err
+	}
+}
+
+// acked returns the acknowledged prefix in bytes and the bytes
+// acknowledged beyond it.
+func (a *ackTracker) acked() (prefix, beyond int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, n := range a.pending {
+		beyond += n
+	}
+	return a.prefix, beyond
+}
+
+// writeError is a failed srpctl write: the lowest LBA that was not
+// acknowledged, why, and what was acknowledged.
+type writeError struct {
+	LBA      uint64 // lowest failed LBA
+	Err      error  // the failure of the WRITE(16) at LBA
+	Acked    int64  // bytes acknowledged before LBA (from --lba on)
+	FirstLBA uint64 // --lba
+	Beyond   int64  // bytes acknowledged after LBA; the LUN holds them too
+	Synced   bool   // a SYNCHRONIZE CACHE after the failure made Acked durable
+	SyncErr  error  // why it did not (nil when it was not tried: --no-sync)
+}
+
+func (e *writeError) Error() string {
+	msg := fmt.Sprintf("WRITE(16) at LBA %d failed: %v; %d bytes acknowledged before it", e.LBA, e.Err, e.Acked)
+	if e.Acked > 0 {
+		msg += fmt.Sprintf(" (LBA %d to %d)", e.FirstLBA, e.LBA-1)
+	}
+	if e.Beyond > 0 {
+		msg += fmt.Sprintf(", %d more bytes acknowledged after it", e.Beyond)
+	}
+	switch {
+	case e.Synced:
+		msg += ", flushed by SYNCHRONIZE CACHE"
+	case e.SyncErr != nil:
+		msg += fmt.Sprintf("; SYNCHRONIZE CACHE failed too (%v): with the write cache on they may not be durable", e.SyncErr)
+	}
+	return msg
+}
+
+func (e *writeError) Unwrap() error { return e.Err }
+
+// writeLUN writes total bytes (pieces of bs bytes, qd in flight) with
+// write, which sends the piece at byte offset off (LBA first + off/bsz)
+// and returns once the target acknowledged it. The bar follows the
+// acknowledged prefix and is left there on failure; the error is a
+// *writeError naming the lowest failed LBA. sync, when non-nil, is
+// called after the last piece, and after a failure to make the
+// acknowledged prefix durable.
+func writeLUN(ctx context.Context, total int64, bs, qd int, bsz int64, first uint64, bar *progressbar.ProgressBar,
+	write func(ctx context.Context, off int64, n int) error, sync func(ctx context.Context) error) error {
+	tr := newAckTracker(bar)
+	err := chunks(ctx, total, bs, qd, func(ctx context.Context, off int64, n int) error {
+		if err := write(ctx, off, n); err != nil {
+			tr.fail(off, err)
+			return err
+		}
+		tr.ack(off, n)
+		return nil
+	})
+	if err == nil {
+		bar.Finish()
+		if sync == nil {
+			return nil
+		}
+		if err := sync(ctx); err != nil {
+			return fmt.Errorf("SYNCHRONIZE CACHE failed: %w: all %d bytes were acknowledged, but with the write cache on they may not be durable", err, total)
+		}
+		return nil
+	}
+	bar.Exit()
+	prefix, beyond := tr.acked()
+	we := &writeError{Err: err, Acked: prefix, FirstLBA: first, Beyond: beyond}
+	we.LBA = first + uint64(prefix/bsz)
+	if tr.failOff >= 0 {
+		we.LBA, we.Err = first+uint64(tr.failOff/bsz), tr.failErr
+	}
+	if sync != nil && (prefix > 0 || beyond > 0) && ctx.Err() == nil {
+		we.SyncErr = sync(ctx)
+		we.Synced = we.SyncErr == nil
+	}
+	return we
 }
 
 func (cf *copyFlags) geometry(ctx context.Context, s *conn) (initiator.Capacity, int, error) {
@@ -231,9 +369,8 @@ func newWriteCmd() *cobra.Command {
 				if room := int64(capy.Blocks()-cf.lba) * bsz; total > room {
 					return fmt.Errorf("%s: %d bytes do not fit in the %d bytes from LBA %d", cf.file, total, room, cf.lba)
 				}
-				bar := cf.bar(total, "write")
 				pool := sync.Pool{New: func() any { b := make([]byte, bs); return &b }}
-				err = chunks(ctx, total, bs, cf.qd, func(ctx context.Context, off int64, n int) error {
+				write := func(ctx context.Context, off int64, n int) error {
 					bp := pool.Get().(*[]byte)
 					defer pool.Put(bp)
 					padded := (int64(n) + bsz - 1) / bsz * bsz
@@ -242,20 +379,13 @@ func newWriteCmd() *cobra.Command {
 						return err
 					}
 					clear(buf[n:])
-					if err := s.Write16(ctx, s.lun, cf.lba+uint64(off/bsz), buf, int(bsz), cf.fua); err != nil {
-						return fmt.Errorf("WRITE(16) at LBA %d: %w", cf.lba+uint64(off/bsz), err)
-					}
-					bar.Add(n)
-					return nil
-				})
-				bar.Finish()
-				if err != nil {
-					return err
+					return s.Write16(ctx, s.lun, cf.lba+uint64(off/bsz), buf, int(bsz), cf.fua)
 				}
-				if cf.noSync {
-					return nil
+				var syncCache func(ctx context.Context) error
+				if !cf.noSync {
+					syncCache = func(ctx context.Context) error { return s.SynchronizeCache(ctx, s.lun) }
 				}
-				return s.SynchronizeCache(ctx, s.lun)
+				return writeLUN(ctx, total, bs, cf.qd, bsz, cf.lba, cf.bar(total, "write"), write, syncCache)
 			})
 		},
 	}
