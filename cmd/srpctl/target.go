@@ -170,6 +170,7 @@ func (tf *targetFlags) connectOptions(ctx context.Context, o initiator.Options) 
 	defer cancel()
 	s, err := initiator.Dial(lctx, dev, o)
 	if err != nil {
+		err = explainLoginReject(ctx, dev, o, tf.timeout, err)
 		dev.Close()
 		return nil, err
 	}

@@ -35,6 +35,12 @@ func adminTestCtx(t *testing.T) context.Context {
 // of the test and must exit 0.
 func startSrptd(t *testing.T, ctx context.Context) ([]string, string) {
 	t.Helper()
+	return startSrptdArgs(t, ctx)
+}
+
+// startSrptdArgs is startSrptd with more srptd arguments (e.g. --config).
+func startSrptdArgs(t *testing.T, ctx context.Context, args ...string) ([]string, string) {
+	t.Helper()
 	tmp := t.TempDir()
 	bin := filepath.Join(tmp, "srptd")
 	// go test puts its own toolchain's bin directory first in PATH.
@@ -46,7 +52,7 @@ func startSrptd(t *testing.T, ctx context.Context) ([]string, string) {
 		t.Fatalf("go build srptd: %v\n%s", err, out)
 	}
 	data := filepath.Join(tmp, "data")
-	cmd := exec.Command(bin, "--data-dir", data, "--listen", "127.0.0.1:0")
+	cmd := exec.Command(bin, append([]string{"--data-dir", data, "--listen", "127.0.0.1:0"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

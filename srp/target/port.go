@@ -365,7 +365,7 @@ func (p *Port) HandleConnRequest(ctx context.Context, req rdma.ConnRequest) {
 	}
 	pl, reason := p.prepareLogin(lr, req.RemoteAddr(), nil, log)
 	if reason != 0 {
-		log.Info("login rejected", "initiator", hex.EncodeToString(lr.InitiatorPortID[:]), "reason", reason)
+		log.Info("login rejected", p.rejectAttrs(lr, reason)...)
 		_ = req.Reject(rejectIU(lr.Tag, reason))
 		return
 	}
@@ -560,6 +560,18 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, self *channel
 	nx.pending++
 	pl.reserved = true
 	return pl, 0
+}
+
+// rejectAttrs are the log attributes of a login rejected for reason: the
+// initiator, the reason and, for an IU length out of range, the length
+// asked for and the port's maximum (what the initiator's max_it_iu_size
+// must not exceed).
+func (p *Port) rejectAttrs(lr *srp.LoginRequest, reason srp.RejectReason) []any {
+	a := []any{"initiator", hex.EncodeToString(lr.InitiatorPortID[:]), "reason", reason}
+	if reason == srp.RejReqITIULenTooLarge {
+		a = append(a, "req_it_iu_len", lr.ReqITIULen, "max_it_iu_len", p.cfg.MaxReqSize)
+	}
+	return a
 }
 
 // channelsLocked counts the channels a login competes with for
