@@ -23,6 +23,21 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# Single-node Ceph for the RBD backstore tests (scripts/ceph-up.sh) and the
+# cgo rbd backstore (-tags ceph,pacific), sg3_utils to decode ALUA pages. Not
+# fatal: without them the Ceph tests are skipped with a message.
+ceph=(ceph-mon ceph-osd ceph-common librbd-dev librados-dev sg3-utils)
+cmissing=()
+for p in "${ceph[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || cmissing+=("$p")
+done
+if ((${#cmissing[@]})); then
+  echo "deps: installing ${cmissing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq || true
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${cmissing[@]}" >/dev/null ||
+    echo "deps: WARNING: could not install ${cmissing[*]}: the Ceph RBD tests will be skipped" >&2
+fi
 export PATH=$PATH:/usr/local/go/bin
 go mod download
 # static analysis, pinned (scripts/test.sh runs it)
