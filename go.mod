@@ -2,7 +2,10 @@ module github.com/gosrp/gosrp
 
 go 1.26.0
 
-require github.com/spf13/cobra v1.10.2
+require (
+	github.com/ceph/go-ceph v0.41.0
+	github.com/spf13/cobra v1.10.2
+)
 
 require (
 	github.com/BurntSushi/toml v1.6.0 // indirect

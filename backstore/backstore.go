@@ -11,6 +11,7 @@ package backstore
 
 import (
 	"errors"
+	"fmt"
 	"io"
 )
 
@@ -80,6 +81,27 @@ type PhysicalBlockSizer interface {
 // support cannot). UnmapSupported reports whether Unmap can deallocate.
 type UnmapSupporter interface {
 	UnmapSupported() bool
+}
+
+// CompareAndWriter is implemented by backstores that compare and write
+// atomically against every writer of the medium, including other hosts
+// (Ceph RBD: rbd_compare_and_write). CompareAndWrite writes write at off if
+// the bytes there equal cmp (len(cmp) == len(write)); otherwise it writes
+// nothing and returns a *MiscompareError. It backs COMPARE AND WRITE
+// (SBC-3 §5.2) where the core's own lock cannot reach the other writers.
+type CompareAndWriter interface {
+	CompareAndWrite(cmp, write []byte, off int64) error
+}
+
+// MiscompareError reports the first byte that differed in CompareAndWrite.
+type MiscompareError struct {
+	// Offset is the byte offset of the first difference from the start of
+	// the compared range.
+	Offset int64
+}
+
+func (e *MiscompareError) Error() string {
+	return fmt.Sprintf("backstore: miscompare at byte %d", e.Offset)
 }
 
 // ErrClosed is returned by operations on a closed backstore.

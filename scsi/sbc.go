@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+
+	"github.com/gosrp/gosrp/backstore"
 )
 
 // blockField places the LOGICAL BLOCK ADDRESS and TRANSFER LENGTH (or
@@ -363,14 +366,24 @@ func execCompareAndWrite(c *cmdCtx) failure {
 		return ok
 	}
 	verify, data := c.cmd.DataOut[:half], c.cmd.DataOut[half:2*half]
-	lu.writeMu.Lock()
-	f := lu.compare(verify, lba, false)
-	if !f.failed() {
-		if _, err := lu.bs.WriteAt(data, lu.byteOff(lba)); err != nil {
-			f = ioFailure(err, true, lba)
+	var f failure
+	if cw, isCW := lu.bs.(backstore.CompareAndWriter); isCW {
+		// The backstore's compare-and-write is atomic against every writer
+		// of the medium, other gateways included; the shared lock still
+		// orders it against this unit's own writes.
+		lu.writeMu.RLock()
+		f = compareAndWriteFailure(cw.CompareAndWrite(verify, data, lu.byteOff(lba)), lba)
+		lu.writeMu.RUnlock()
+	} else {
+		lu.writeMu.Lock()
+		f = lu.compare(verify, lba, false)
+		if !f.failed() {
+			if _, err := lu.bs.WriteAt(data, lu.byteOff(lba)); err != nil {
+				f = ioFailure(err, true, lba)
+			}
 		}
+		lu.writeMu.Unlock()
 	}
-	lu.writeMu.Unlock()
 	if f.failed() {
 		return f
 	}
@@ -380,6 +393,23 @@ func execCompareAndWrite(c *cmdCtx) failure {
 		}
 	}
 	return ok
+}
+
+// compareAndWriteFailure maps a backstore.CompareAndWriter result: a
+// miscompare is MISCOMPARE DURING VERIFY OPERATION with the offset of the
+// first differing byte in INFORMATION (SBC-3 §5.2), anything else an I/O
+// failure.
+func compareAndWriteFailure(err error, lba uint64) failure {
+	var mis *backstore.MiscompareError
+	switch {
+	case err == nil:
+		return ok
+	case errors.As(err, &mis):
+		f := fail(ReasonMiscompare)
+		f.infoValid, f.info = true, uint64(mis.Offset)
+		return f
+	}
+	return ioFailure(err, true, lba)
 }
 
 // execWriteSame: WRITE SAME(10/16), SBC-3 §5.42–5.43. NUMBER OF LOGICAL
