@@ -81,7 +81,7 @@ osd data = $dir/osd
 mon data = $dir/mon/\$name
 run dir = $dir/run
 pid file = $dir/run/\$name.pid
-admin socket = $dir/run/\$name.asok
+admin socket = $dir/run/\$name.\$pid.asok
 log file = $dir/log/\$name.log
 keyring = /dev/null
 # Clients give up instead of waiting forever on a cluster that does not answer.

@@ -453,6 +453,26 @@ func (im *Image) UnmapSupported() bool { return true }
 // image (the shared reservation object). It is valid until Close.
 func (im *Image) IOContext() *rados.IOContext { return im.ioctx }
 
+// Identity names the image uniquely and stably across clients and
+// renames: "<cluster fsid>/<pool id>/<image id>". Gateways derive the logical
+// unit's identity (serial, NAA) from it.
+func (im *Image) Identity() (string, error) {
+	fsid, err := im.conn.GetFSID()
+	if err != nil {
+		return "", fmt.Errorf("rbd: cluster fsid: %w", err)
+	}
+	if err := im.enter(); err != nil {
+		return "", err
+	}
+	defer im.leave()
+	buf := make([]byte, 64)
+	if ret := C.rbd_get_id(im.img, ptr(buf), C.size_t(len(buf))); ret < 0 {
+		return "", rbdErr("get id", C.ssize_t(ret))
+	}
+	id := C.GoString(ptr(buf))
+	return fmt.Sprintf("%s/%d/%s", fsid, im.ioctx.GetPoolID(), id), nil
+}
+
 // Name returns "pool/image".
 func (im *Image) Name() string { return im.cfg.Pool + "/" + im.cfg.Image }
 

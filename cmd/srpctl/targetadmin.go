@@ -329,6 +329,7 @@ func newTargetLUNCmd(a *adminClient) *cobra.Command {
 		lun                   int
 		backstore, path, size string
 		name, serial, wwn     string
+		pool, image, cephConf string
 		blockSize             int
 		readOnly, writeCache  bool
 	)
@@ -357,7 +358,13 @@ the change across restarts.`,
 				backstore = "file"
 			}
 			body := map[string]any{"lun": lun, "backstore": backstore}
-			for k, v := range map[string]string{"path": p, "size": size, "name": name, "serial": serial, "wwn": wwn} {
+			if cephConf != "" && !filepath.IsAbs(cephConf) {
+				if abs, err := filepath.Abs(cephConf); err == nil {
+					cephConf = abs
+				}
+			}
+			for k, v := range map[string]string{"path": p, "size": size, "name": name, "serial": serial, "wwn": wwn,
+				"pool": pool, "image": image, "ceph_conf": cephConf} {
 				if v != "" {
 					body[k] = v
 				}
@@ -377,7 +384,10 @@ the change across restarts.`,
 	}
 	f := add.Flags()
 	f.IntVarP(&lun, "lun", "l", -1, "LUN number, 0..16383 (required)")
-	f.StringVar(&backstore, "backstore", "", "ram, file or block (default file)")
+	f.StringVar(&backstore, "backstore", "", "ram, file, block or rbd (default file)")
+	f.StringVar(&pool, "pool", "", "rbd: the Ceph pool")
+	f.StringVar(&image, "image", "", "rbd: the image (created with --size when missing)")
+	f.StringVar(&cephConf, "ceph-conf", "", "rbd: ceph.conf path (default: librados' search)")
 	f.StringVar(&path, "path", "", "file or block device (file default: lun<N>.img in the data directory)")
 	f.StringVar(&size, "size", "", "bytes, or with a unit: 64MiB, 1GiB (ram: required; file: creates or resizes)")
 	f.IntVar(&blockSize, "block-size", 0, "logical block size: 512, 1024, 2048 or 4096 (default 512, block devices: theirs)")

@@ -80,7 +80,7 @@ type PortSection struct {
 type LUNSection struct {
 	LUN        *uint64 `toml:"lun" json:"lun"`                                     // LUN number 0..16383
 	Name       string  `toml:"name,omitempty" json:"name,omitempty"`               // for logs and metrics
-	Backstore  string  `toml:"backstore" json:"backstore"`                         // "ram", "file" or "block"
+	Backstore  string  `toml:"backstore" json:"backstore"`                         // "ram", "file", "block" or "rbd"
 	Path       string  `toml:"path,omitempty" json:"path,omitempty"`               // file or block device
 	Size       Size    `toml:"size,omitzero" json:"size,omitempty"`                // bytes; ram: required; file: creates/extends
 	BlockSize  int     `toml:"block_size,omitzero" json:"block_size,omitempty"`    // 512, 1024, 2048, 4096
@@ -93,6 +93,15 @@ type LUNSection struct {
 	ThinProvisioning *bool  `toml:"thin_provisioning" json:"thin_provisioning,omitempty"`
 	Serial           string `toml:"serial,omitempty" json:"serial,omitempty"` // VPD 80h
 	WWN              string `toml:"wwn,omitempty" json:"wwn,omitempty"`       // NAA 6 designator, 32 hex digits
+	// Ceph RBD (backstore = "rbd", srptd built with -tags ceph,pacific):
+	// the image pool/image, created with size bytes when missing and size
+	// is set. Every gateway exporting the image presents the same LU
+	// identity (serial and NAA derived from the cluster and image).
+	Pool        string `toml:"pool,omitempty" json:"pool,omitempty"`
+	Image       string `toml:"image,omitempty" json:"image,omitempty"`
+	CephConf    string `toml:"ceph_conf,omitempty" json:"ceph_conf,omitempty"`       // ceph.conf path; default: librados' search
+	CephClient  string `toml:"ceph_client,omitempty" json:"ceph_client,omitempty"`   // cephx user without "client."; default admin
+	CephKeyring string `toml:"ceph_keyring,omitempty" json:"ceph_keyring,omitempty"` // keyring file; default: the conf's
 }
 
 // ACLSection admits one initiator.
@@ -461,10 +470,31 @@ func validateLUN(f string, l LUNSection) error {
 		if l.Backstore == "block" && l.Size != 0 {
 			return ferr(f+".size", "a block device is sized by the device")
 		}
+	case "rbd":
+		if l.Pool == "" {
+			return ferr(f+".pool", "an rbd backstore needs a pool")
+		}
+		if l.Image == "" {
+			return ferr(f+".image", "an rbd backstore needs an image")
+		}
+		if l.Path != "" {
+			return ferr(f+".path", "an rbd backstore has no path (pool and image name it)")
+		}
+		if l.BlockSize != 0 && l.BlockSize != 512 {
+			// librbd compares and writes one 512-byte sector at most.
+			return ferr(f+".block_size", "an rbd LUN has 512-byte blocks (librbd's compare-and-write is one sector)")
+		}
 	case "":
-		return ferr(f+".backstore", "required (ram, file or block)")
+		return ferr(f+".backstore", "required (ram, file, block or rbd)")
 	default:
-		return ferr(f+".backstore", "%q is not ram, file or block", l.Backstore)
+		return ferr(f+".backstore", "%q is not ram, file, block or rbd", l.Backstore)
+	}
+	if l.Backstore != "rbd" {
+		for _, kv := range [][2]string{{"pool", l.Pool}, {"image", l.Image}, {"ceph_conf", l.CephConf}, {"ceph_client", l.CephClient}, {"ceph_keyring", l.CephKeyring}} {
+			if kv[1] != "" {
+				return ferr(f+"."+kv[0], "only an rbd backstore has %s", kv[0])
+			}
+		}
 	}
 	switch l.BlockSize {
 	case 0, 512, 1024, 2048, 4096:

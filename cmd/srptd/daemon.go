@@ -71,6 +71,9 @@ type lunState struct {
 	serial string // VPD 80h in force
 	bs     backstore.Backstore
 	lock   *os.File // holds the flock on a file or device backstore (lockImage); nil for RAM
+	// stopWatch ends the capacity watch of an RBD LUN (watchCapacity); nil
+	// for other backstores.
+	stopWatch func()
 	lu     *scsi.LogicalUnit
 	stats  *lunStats
 }
@@ -199,6 +202,15 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 				d.log.Warn("LUN image was missing: created an empty one, with a new serial", "lun", n, "path", st.path)
 			}
 		}
+	case "rbd":
+		bs, serial, err := openRBD(sec)
+		if err != nil {
+			return ferr(field+".image", "%s/%s: %v", sec.Pool, sec.Image, err)
+		}
+		st.bs, st.path = bs, sec.Pool+"/"+sec.Image
+		if sec.Serial == "" && sec.WWN == "" {
+			sec.Serial = serial
+		}
 	}
 	if bs := lunBlockSize(sec, st.bs); st.bs.Size() < int64(bs) {
 		st.release()
@@ -233,6 +245,9 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	if sec.WWN != "" {
 		lc.NAA, _ = parseWWN(sec.WWN)
 	}
+	if sec.Backstore == "rbd" {
+		lc.MaxCompareAndWriteBlocks = 1 // librbd compares and writes one sector
+	}
 	lu, err := scsi.NewLogicalUnit(lc)
 	if err != nil {
 		st.release()
@@ -244,6 +259,9 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 		return ferr(field+".lun", "%v", err)
 	}
 	d.luns[n] = st
+	if sec.Backstore == "rbd" {
+		st.stopWatch = watchCapacity(lu, capacityPoll, d.log.With("lun", n))
+	}
 	t := maps.Clone(*d.stats.Load())
 	t[n] = st.stats
 	d.stats.Store(&t)
@@ -643,6 +661,9 @@ func (d *daemon) close() {
 // release closes the backstore and its lock without flushing (an attach
 // that failed).
 func (st *lunState) release() {
+	if st.stopWatch != nil {
+		st.stopWatch()
+	}
 	_ = st.bs.Close()
 	if st.lock != nil {
 		_ = st.lock.Close()
@@ -651,6 +672,9 @@ func (st *lunState) release() {
 
 // close flushes and closes the backstore, then drops its lock.
 func (st *lunState) close(log *slog.Logger) {
+	if st.stopWatch != nil {
+		st.stopWatch()
+	}
 	closeStore(st.bs, log)
 	if st.lock != nil {
 		_ = st.lock.Close()

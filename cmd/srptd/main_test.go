@@ -181,7 +181,7 @@ func TestConfigErrors(t *testing.T) {
 		{base + "[target]\nbogus = 1\n", "srptd.toml:4: target.bogus: unknown key"},
 		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=1024\nfrob=2\n", "srptd.toml:11: lun[1].frob: unknown key"},
 		{base + "[[lun]]\nlun=0\nbackstore=\"ram\"\n", "srptd.toml:3: lun[0].size: a ram backstore needs a size"},
-		{base + "[[lun]]\nlun=0\nbackstore=\"tape\"\nsize=1\n", `srptd.toml:5: lun[0].backstore: "tape" is not ram, file or block`},
+		{base + "[[lun]]\nlun=0\nbackstore=\"tape\"\nsize=1\n", `srptd.toml:5: lun[0].backstore: "tape" is not ram, file, block or rbd`},
 		{base + "[[lun]]\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "srptd.toml:3: lun[0].lun: required (the LUN number, 0..16383)"},
 		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=\"1 parsec\"\n", `srptd.toml:10: lun[1].size: bad size "1 parsec" (want bytes or a number with KiB, MiB, GiB, TiB)`},
 		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=\"1MiB\"\nblock_size=\"big\"\n", "srptd.toml:11: lun[1].block_size: incompatible types: TOML value has type string; destination has type integer"},
