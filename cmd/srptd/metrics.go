@@ -20,7 +20,8 @@ var (
 	descLUNCommands = prometheus.NewDesc("srptd_lun_commands_total", "SCSI commands completed by the logical unit (aborted ones excluded).", []string{"lun", "name"}, nil)
 	descLUNRead     = prometheus.NewDesc("srptd_lun_read_bytes_total", "Data-in bytes returned by the logical unit.", []string{"lun", "name"}, nil)
 	descLUNWrite    = prometheus.NewDesc("srptd_lun_write_bytes_total", "Data-out bytes consumed by the logical unit.", []string{"lun", "name"}, nil)
-	descLUNErrors   = prometheus.NewDesc("srptd_lun_errors_total", "Commands completed with a status other than GOOD.", []string{"lun", "name"}, nil)
+	descLUNErrors   = prometheus.NewDesc("srptd_lun_errors_total", "Commands completed with a status other than GOOD, unit attentions excluded.", []string{"lun", "name"}, nil)
+	descLUNUAs      = prometheus.NewDesc("srptd_lun_unit_attentions_total", "Commands answered CHECK CONDITION with sense key UNIT ATTENTION (a reset or a change reported to the initiator).", []string{"lun", "name"}, nil)
 	descLUNAborted  = prometheus.NewDesc("srptd_lun_aborted_total", "Commands aborted by a task management function or a channel loss.", []string{"lun", "name"}, nil)
 	descLUNInFlight = prometheus.NewDesc("srptd_lun_commands_in_flight", "Commands in progress in the logical unit.", []string{"lun", "name"}, nil)
 	descLUNLatency  = prometheus.NewDesc("srptd_lun_command_duration_seconds", "Command latency in the SCSI core (data transfer excluded), seconds.", []string{"lun", "name"}, nil)
@@ -33,7 +34,7 @@ var (
 type collector struct{ d *daemon }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLUNCommands, descLUNRead, descLUNWrite, descLUNErrors, descLUNAborted, descLUNInFlight, descLUNLatency, descChReqLim, descChQueue, descChCommands} {
+	for _, d := range []*prometheus.Desc{descLUNCommands, descLUNRead, descLUNWrite, descLUNErrors, descLUNUAs, descLUNAborted, descLUNInFlight, descLUNLatency, descChReqLim, descChQueue, descChCommands} {
 		ch <- d
 	}
 }
@@ -57,6 +58,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLUNRead, prometheus.CounterValue, float64(s.ReadBytes), labels...)
 		ch <- prometheus.MustNewConstMetric(descLUNWrite, prometheus.CounterValue, float64(s.WriteBytes), labels...)
 		ch <- prometheus.MustNewConstMetric(descLUNErrors, prometheus.CounterValue, float64(s.Errors), labels...)
+		ch <- prometheus.MustNewConstMetric(descLUNUAs, prometheus.CounterValue, float64(s.UnitAttns), labels...)
 		ch <- prometheus.MustNewConstMetric(descLUNAborted, prometheus.CounterValue, float64(s.Aborted), labels...)
 		ch <- prometheus.MustNewConstMetric(descLUNInFlight, prometheus.GaugeValue, float64(s.InFlight), labels...)
 		buckets, count, sum := l.st.histogram()

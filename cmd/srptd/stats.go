@@ -18,7 +18,8 @@ type lunStats struct {
 	commands   atomic.Uint64 // commands completed (not aborted)
 	readBytes  atomic.Uint64 // data-in bytes returned
 	writeBytes atomic.Uint64 // data-out bytes consumed
-	errors     atomic.Uint64 // completed with a status other than GOOD
+	errors     atomic.Uint64 // completed with a status other than GOOD, unit attentions aside
+	unitAttns  atomic.Uint64 // CHECK CONDITION with sense key UNIT ATTENTION
 	aborted    atomic.Uint64 // ended by a TMF or a channel loss
 	latencyNs  atomic.Uint64 // sum of command latencies, nanoseconds
 	buckets    [len(latencyBounds)]atomic.Uint64
@@ -38,7 +39,12 @@ func (s *lunStats) record(res *scsi.Result, d time.Duration) {
 	if res.DataOutUsed > 0 {
 		s.writeBytes.Add(uint64(res.DataOutUsed))
 	}
-	if res.Status != 0 { // not GOOD (SAM-5 §5.3.1)
+	switch {
+	case isUnitAttention(res):
+		// A report to the initiator (reset, LUN inventory or capacity
+		// changed), not a failed command.
+		s.unitAttns.Add(1)
+	case res.Status != 0: // not GOOD (SAM-5 §5.3.1)
 		s.errors.Add(1)
 	}
 	s.latencyNs.Add(uint64(d))
@@ -51,12 +57,23 @@ func (s *lunStats) record(res *scsi.Result, d time.Duration) {
 	}
 }
 
+// isUnitAttention reports whether res is CHECK CONDITION with sense key
+// UNIT ATTENTION (SAM-5 §5.3.1, SPC-4 §4.5.6).
+func isUnitAttention(res *scsi.Result) bool {
+	if res.Status != scsi.StatusCheckCondition {
+		return false
+	}
+	si, ok := scsi.ParseSense(res.Sense)
+	return ok && si.Key == scsi.SenseUnitAttention
+}
+
 // lunCounters is a snapshot of lunStats, as the admin API returns it.
 type lunCounters struct {
 	Commands     uint64  `json:"commands"`
 	ReadBytes    uint64  `json:"read_bytes"`
 	WriteBytes   uint64  `json:"write_bytes"`
 	Errors       uint64  `json:"errors"`
+	UnitAttns    uint64  `json:"unit_attentions"`
 	Aborted      uint64  `json:"aborted"`
 	InFlight     int64   `json:"in_flight"`
 	AvgLatencyUs float64 `json:"avg_latency_us"` // mean over completed commands, microseconds
@@ -68,6 +85,7 @@ func (s *lunStats) snapshot() lunCounters {
 		ReadBytes:  s.readBytes.Load(),
 		WriteBytes: s.writeBytes.Load(),
 		Errors:     s.errors.Load(),
+		UnitAttns:  s.unitAttns.Load(),
 		Aborted:    s.aborted.Load(),
 		InFlight:   s.inflight.Load(),
 	}
