@@ -253,6 +253,11 @@ func newAttachCmd() *cobra.Command {
 				MountOptions: fuse.MountOptions{
 					FsName: "srp", Name: "srpctl", AllowOther: allowOther, DirectMount: true,
 					MaxWrite: 1 << 20, Debug: debug,
+					// Reads answer from memory (ReadResultData): splicing
+					// would copy the same bytes through a pipe, which for a
+					// 1 MiB read exceeds the default pipe-max-size and
+					// logs a trySplice error before falling back.
+					DisableSplice: true,
 				},
 			})
 			if err != nil {

@@ -194,6 +194,8 @@ func (s *Session) recover() {
 		s.mu.Unlock()
 		return
 	}
+	attempts := 0     // failed reconnects so far
+	var warned error // the last failure logged at Warn
 	for {
 		select {
 		case <-s.closed:
@@ -218,7 +220,12 @@ func (s *Session) recover() {
 			chans, err := s.connect(ctx)
 			cancel()
 			if err != nil {
-				s.log.Warn("srp: reconnect failed", "err", err)
+				attempts++
+				lvl := slog.LevelDebug
+				if reconnectWarn(attempts, err, warned) {
+					lvl, warned = slog.LevelWarn, err
+				}
+				s.log.Log(context.Background(), lvl, "srp: reconnect failed", "attempts", attempts, "err", err)
 				s.mu.Lock()
 				s.lastErr = err
 				s.mu.Unlock()
@@ -241,6 +248,15 @@ func (s *Session) recover() {
 			return
 		}
 	}
+}
+
+// reconnectWarn reports whether failed reconnect number attempts (1, 2,
+// ...) is logged at Warn rather than Debug: the first, every power of two
+// (so a target away for dev_loss_tmo's 600 s at a reconnect_delay of 1 s
+// gives 10 lines, not 600), and any whose error differs from the last
+// one logged.
+func reconnectWarn(attempts int, err, warned error) bool {
+	return attempts&(attempts-1) == 0 || warned == nil || err.Error() != warned.Error()
 }
 
 // pick returns a live channel, waiting while the session is blocked.
