@@ -194,7 +194,7 @@ func (s *Session) recover() {
 		s.mu.Unlock()
 		return
 	}
-	attempts := 0     // failed reconnects so far
+	attempts := 0    // failed reconnects so far
 	var warned error // the last failure logged at Warn
 	for {
 		select {
