@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 func benchFixture(b *testing.B) (Session, *LogicalUnit) {
@@ -32,7 +33,7 @@ func BenchmarkRead16(b *testing.B) {
 	b.SetBytes(4096)
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := s.Execute(ctx, cmd); r.Status != StatusGood {
+		if r := s.Execute(ctx, cmd); r.Status != sense.StatusGood {
 			b.Fatal(r)
 		}
 	}
@@ -46,7 +47,7 @@ func BenchmarkWrite16(b *testing.B) {
 	b.SetBytes(4096)
 	b.ReportAllocs()
 	for b.Loop() {
-		if r := s.Execute(ctx, cmd); r.Status != StatusGood {
+		if r := s.Execute(ctx, cmd); r.Status != sense.StatusGood {
 			b.Fatal(r)
 		}
 	}
@@ -70,7 +71,7 @@ func BenchmarkRead16Parallel(b *testing.B) {
 		i := uint64(0)
 		for pb.Next() {
 			i++
-			if r := s.Execute(ctx, &Command{Tag: base | i, CDB: cdb16(0x88, 0, i%1000*8, 8), DataIn: buf}); r.Status != StatusGood {
+			if r := s.Execute(ctx, &Command{Tag: base | i, CDB: cdb16(0x88, 0, i%1000*8, 8), DataIn: buf}); r.Status != sense.StatusGood {
 				b.Fatal(r)
 			}
 		}
@@ -108,7 +109,7 @@ func BenchmarkWrite16FileWriteThrough(b *testing.B) {
 		i := uint64(0)
 		for pb.Next() {
 			i++
-			if r := s.Execute(ctx, &Command{Tag: base | i, CDB: cdb16(0x8A, 0, i%1000*8, 8), DataOut: buf}); r.Status != StatusGood {
+			if r := s.Execute(ctx, &Command{Tag: base | i, CDB: cdb16(0x8A, 0, i%1000*8, 8), DataOut: buf}); r.Status != sense.StatusGood {
 				b.Fatal(r)
 			}
 		}

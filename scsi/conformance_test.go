@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // The tests in this file replay what libiscsi's iscsi-test-cu families
@@ -44,7 +45,7 @@ func TestConformancePreFetch(t *testing.T) {
 			cdb16(0x90, 0, 0, i), cdb16(0x90, 0, uint64(nb-i), i),
 			cdb10(0x34, 0x02, 0, uint16(i)), cdb16(0x90, 0x02, uint64(nb-i), i), // IMMED
 		} {
-			if r := f.run(f.s, 0, cdb, nil, 0); r.Status != StatusGood {
+			if r := f.run(f.s, 0, cdb, nil, 0); r.Status != sense.StatusGood {
 				t.Fatalf("CDB % x: status %#x sense % x", cdb, r.Status, r.Sense)
 			}
 		}
@@ -55,7 +56,7 @@ func TestConformancePreFetch(t *testing.T) {
 		cdb10(0x34, 0, nb+1, 0), cdb10(0x34, 0, 0x80000000, 0), cdb10(0x34, 0, 0xFFFFFFFF, 0),
 		cdb10(0x34, 0, nb-1, 2), cdb16(0x90, 0, ^uint64(0), 1), cdb16(0x90, 0, 1<<63, 1),
 	} {
-		wantSense(t, f.run(f.s, 0, cdb, nil, 0), SenseIllegalRequest, 0x21, 0x00)
+		wantSense(t, f.run(f.s, 0, cdb, nil, 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	}
 }
 
@@ -79,9 +80,9 @@ func TestConformanceUnmap(t *testing.T) {
 	f.good(cdbUnmap(len(p)), p)
 	// One past the end, and a range wrapping 2^64.
 	p = unmapParam(2048, 1)
-	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	p = unmapParam(^uint64(0), 2)
-	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	// 1..256 blocks at the start and at the end read back as zeros.
 	for i := uint64(1); i <= 256; i += 51 {
 		data := pattern(int(i)*512, byte(i))
@@ -101,7 +102,7 @@ func TestConformanceUnmap(t *testing.T) {
 		pairs = append(pairs, i%2048, 0)
 	}
 	p = unmapParam(pairs...)
-	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), SenseIllegalRequest, 0x26, 0x00)
+	wantSense(t, f.run(f.s, 0, cdbUnmap(len(p)), p, 0), sense.KeyIllegalRequest, 0x26, 0x00)
 	// A parameter list shorter than its header claims: the block
 	// descriptor data length is clipped to what was sent.
 	p = unmapParam(0, 1, 1, 1)
@@ -109,7 +110,7 @@ func TestConformanceUnmap(t *testing.T) {
 	f.good(cdbUnmap(len(p)), p)
 	// Parameter list length 1..7: too short for the header.
 	for n := 1; n < 8; n++ {
-		wantSense(t, f.run(f.s, 0, cdbUnmap(n), make([]byte, n), 0), SenseIllegalRequest, 0x1A, 0x00)
+		wantSense(t, f.run(f.s, 0, cdbUnmap(n), make([]byte, n), 0), sense.KeyIllegalRequest, 0x1A, 0x00)
 	}
 }
 
@@ -123,14 +124,14 @@ func TestConformanceWriteSame(t *testing.T) {
 		t.Fatal("WSNZ clear")
 	}
 	blk := make([]byte, 512)
-	wantSense(t, f.run(f.s, 0, cdb10(0x41, 0, 0, 0), blk, 0), SenseIllegalRequest, 0x24, 0x00)
-	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0, 0, 0), blk, 0), SenseIllegalRequest, 0x24, 0x00)
-	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0x08, 2000, 0), blk, 0), SenseIllegalRequest, 0x24, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb10(0x41, 0, 0, 0), blk, 0), sense.KeyIllegalRequest, 0x24, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0, 0, 0), blk, 0), sense.KeyIllegalRequest, 0x24, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0x08, 2000, 0), blk, 0), sense.KeyIllegalRequest, 0x24, 0x00)
 	for _, cdb := range [][]byte{
 		cdb10(0x41, 0, 2048, 1), cdb10(0x41, 0, 2047, 2), cdb16(0x93, 0, ^uint64(0), 1),
 		cdb16(0x93, 0, 1<<63, 1), cdb10(0x41, 0, 0xFFFFFFFF, 1),
 	} {
-		wantSense(t, f.run(f.s, 0, cdb, blk, 0), SenseIllegalRequest, 0x21, 0x00)
+		wantSense(t, f.run(f.s, 0, cdb, blk, 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	}
 	// WRITE SAME(16) UNMAP + NDOB: no data-out; the range reads as zeros.
 	f.good(cdb16(0x8A, 0, 2040, 8), pattern(8*512, 3))
@@ -148,7 +149,7 @@ func TestConformanceWriteSame(t *testing.T) {
 func TestConformanceGetLBAStatus(t *testing.T) {
 	f := newFixture(t, LUConfig{ThinProvisioning: true})
 	for _, lba := range []uint64{2048, 2049, 1 << 63, ^uint64(0)} {
-		wantSense(t, f.run(f.s, 0, cdb16(0x9E, 0x12, lba, 24), nil, 24), SenseIllegalRequest, 0x21, 0x00)
+		wantSense(t, f.run(f.s, 0, cdb16(0x9E, 0x12, lba, 24), nil, 24), sense.KeyIllegalRequest, 0x21, 0x00)
 	}
 	f.good(cdb16(0x8A, 0, 2047, 1), pattern(512, 1))
 	b := f.in(cdb16(0x9E, 0x12, 2047, 24), 24)
@@ -157,7 +158,7 @@ func TestConformanceGetLBAStatus(t *testing.T) {
 	// Allocation length 0..7: no data, GOOD.
 	for al := uint32(0); al < 8; al++ {
 		r := f.run(f.s, 0, cdb16(0x9E, 0x12, 0, al), nil, 64)
-		if r.Status != StatusGood || r.DataInLen != int(al) {
+		if r.Status != sense.StatusGood || r.DataInLen != int(al) {
 			t.Fatalf("alloc %d: %+v", al, r)
 		}
 	}
@@ -174,7 +175,7 @@ func TestConformanceCompareAndWriteMiscompare(t *testing.T) {
 	out[512+37] ^= 0xFF
 	cdb := cdb16(0x89, 0, 10, 0)
 	cdb[13] = 2
-	s := wantSense(t, f.run(f.s, 0, cdb, out, 0), SenseMiscompare, 0x1D, 0x00)
+	s := wantSense(t, f.run(f.s, 0, cdb, out, 0), sense.KeyMiscompare, 0x1D, 0x00)
 	if !s.InfoValid || s.Info != 512+37 {
 		t.Fatalf("INFORMATION %v %d, want 549", s.InfoValid, s.Info)
 	}
@@ -192,7 +193,7 @@ func TestConformanceVerify(t *testing.T) {
 		cdb16(0x8F, 0, 1, 2048), cdb16(0x8F, 0, ^uint64(0), 1), cdb10(0x2F, 0, 2048, 1),
 		{0xAF, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 1, 0, 0},
 	} {
-		wantSense(t, f.run(f.s, 0, cdb, nil, 0), SenseIllegalRequest, 0x21, 0x00)
+		wantSense(t, f.run(f.s, 0, cdb, nil, 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	}
 	for v := byte(1); v < 8; v++ {
 		wantField(t, f.run(f.s, 0, cdb10(0x2F, v<<5, 0, 1), nil, 0), 0x24, true, 1, 7)
@@ -208,7 +209,7 @@ func TestConformanceMalformedCDBs(t *testing.T) {
 		full := append([]byte(nil), e.usage...)
 		for n := 1; n < len(full); n++ {
 			r := f.run(f.s, 0, full[:n], nil, 64)
-			s := wantSense(t, r, SenseIllegalRequest, 0x24, 0x00)
+			s := wantSense(t, r, sense.KeyIllegalRequest, 0x24, 0x00)
 			if s.SKSValid && int(s.SKS[1])<<8|int(s.SKS[2]) >= n {
 				t.Fatalf("%s: truncated to %d: pointer past the CDB % x", e.name, n, s.SKS)
 			}
@@ -277,7 +278,7 @@ func TestConformancePRAccess(t *testing.T) {
 		}
 		check := func(what string, r Result, allowed bool) {
 			t.Helper()
-			if allowed && r.Status != StatusGood || !allowed && r.Status != StatusReservationConflict {
+			if allowed && r.Status != sense.StatusGood || !allowed && r.Status != sense.StatusReservationConflict {
 				t.Fatalf("type %d: %s: status %#x, allowed %v", tc.typ, what, r.Status, allowed)
 			}
 		}
@@ -294,7 +295,7 @@ func TestConformancePRAccess(t *testing.T) {
 		if tc.typ >= 5 {
 			// Registrants-only and all-registrants types: the other
 			// registrants get RESERVATIONS RELEASED (SPC-4 §5.13.11.2).
-			wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x04)
+			wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2A, 0x04)
 		}
 		check("write after release", f.run(s2, 0, cdb10(0x2A, 0, 0, 1), make([]byte, 512), 0), true)
 		s2.Close()
@@ -307,20 +308,20 @@ func TestConformancePRAccess(t *testing.T) {
 func TestConformancePRIn(t *testing.T) {
 	f := newFixture(t, LUConfig{})
 	for sa := byte(4); sa < 0x20; sa++ {
-		wantSense(t, f.run(f.s, 0, []byte{0x5E, sa, 0, 0, 0, 0, 0, 0, 64, 0}, nil, 64), SenseIllegalRequest, 0x24, 0x00)
+		wantSense(t, f.run(f.s, 0, []byte{0x5E, sa, 0, 0, 0, 0, 0, 0, 64, 0}, nil, 64), sense.KeyIllegalRequest, 0x24, 0x00)
 	}
 	for i := uint64(1); i <= 3; i++ {
 		s := f.tg.NewSession(Nexus{InitiatorPortID: fmt32(i), TargetPortID: nexusA.TargetPortID, RelativeTargetPort: 1})
 		f.run(s, 0, cdbTUR(), nil, 0)
 		cdb, p := prOut(0x00, 0, 0, 0x100+i)
-		if r := f.run(s, 0, cdb, p, 0); r.Status != StatusGood {
+		if r := f.run(s, 0, cdb, p, 0); r.Status != sense.StatusGood {
 			t.Fatalf("%+v", r)
 		}
 		defer s.Close()
 	}
 	for al := 0; al <= 32; al++ {
 		r := f.run(f.s, 0, []byte{0x5E, 0, 0, 0, 0, 0, 0, 0, byte(al), 0}, nil, 64)
-		if r.Status != StatusGood || r.DataInLen != min(al, 8+24) {
+		if r.Status != sense.StatusGood || r.DataInLen != min(al, 8+24) {
 			t.Fatalf("alloc %d: %+v", al, r)
 		}
 	}
@@ -358,7 +359,7 @@ func TestConformanceRSOCOneCommand(t *testing.T) {
 		if servactv {
 			good, bad = 2, 1
 		}
-		wantSense(t, f.run(f.s, 0, rsoc(bad, op, sa), nil, 65535), SenseIllegalRequest, 0x24, 0x00)
+		wantSense(t, f.run(f.s, 0, rsoc(bad, op, sa), nil, 65535), sense.KeyIllegalRequest, 0x24, 0x00)
 		one := f.in(rsoc(good, op, sa), 65535)
 		if one[1]&0x07 != 3 || int(be16(one[2:])) != int(be16(d[6:])) || len(one) != 4+int(be16(d[6:])) || one[4] != op {
 			t.Fatalf("op %02x sa %02x: % x", op, sa, one)
@@ -388,18 +389,18 @@ func TestConformanceReportLUNsClearsLUNsChanged(t *testing.T) {
 	}
 	f.lu.uaAllExisting(ReasonUAModeChanged, "")
 	r := f.run(f.s, 0, []byte{0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, nil, 256)
-	if r.Status != StatusGood || r.DataInLen != 32 {
+	if r.Status != sense.StatusGood || r.DataInLen != 32 {
 		t.Fatalf("REPORT LUNS: %+v", r)
 	}
 	// LUN 0: the MODE PARAMETERS CHANGED condition remains, the LUN
 	// inventory one is gone; LUN 1: nothing pending.
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x01)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2A, 0x01)
 	f.good(cdbTUR(), nil)
-	if r := f.run(f.s, 1, cdbTUR(), nil, 0); r.Status != StatusGood {
+	if r := f.run(f.s, 1, cdbTUR(), nil, 0); r.Status != sense.StatusGood {
 		t.Fatalf("LUN 1: %+v % x", r, r.Sense)
 	}
 	// The other nexus still has its own.
-	wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x3F, 0x0E)
+	wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x3F, 0x0E)
 }
 
 // PERSISTENT RESERVE OUT error cases, SPC-4 §5.13 and §6.16.
@@ -410,7 +411,7 @@ func TestConformancePROutErrors(t *testing.T) {
 	f.run(s2, 0, cdbTUR(), nil, 0)
 	conflict := func(r Result) {
 		t.Helper()
-		if r.Status != StatusReservationConflict {
+		if r.Status != sense.StatusReservationConflict {
 			t.Fatalf("status %#x sense % x, want RESERVATION CONFLICT", r.Status, r.Sense)
 		}
 	}
@@ -428,11 +429,11 @@ func TestConformancePROutErrors(t *testing.T) {
 	conflict(f.run(f.s, 0, cdb, p, 0))
 	// Scope other than LU_SCOPE: INVALID FIELD IN CDB.
 	cdb, p = prOut(0x01, 0x11, 0xA1, 0)
-	wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x24, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb, p, 0), sense.KeyIllegalRequest, 0x24, 0x00)
 	// Type 0 / 2 / 4 (obsolete or reserved): INVALID FIELD IN CDB.
 	for _, typ := range []byte{0x0, 0x2, 0x4, 0x9, 0xF} {
 		cdb, p = prOut(0x01, typ, 0xA1, 0)
-		wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x24, 0x00)
+		wantSense(t, f.run(f.s, 0, cdb, p, 0), sense.KeyIllegalRequest, 0x24, 0x00)
 	}
 	cdb, p = prOut(0x01, 0x03, 0xA1, 0)
 	f.good(cdb, p)
@@ -445,24 +446,24 @@ func TestConformancePROutErrors(t *testing.T) {
 	// RELEASE with the wrong type: INVALID RELEASE OF PERSISTENT
 	// RESERVATION (§5.13.11.2).
 	cdb, p = prOut(0x02, 0x01, 0xA1, 0)
-	wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x26, 0x04)
+	wantSense(t, f.run(f.s, 0, cdb, p, 0), sense.KeyIllegalRequest, 0x26, 0x04)
 	// PARAMETER LIST LENGTH other than 24 without SPEC_I_PT: PARAMETER
 	// LIST LENGTH ERROR (§6.16.3).
 	cdb, _ = prOut(0x00, 0, 0xA1, 0xA1)
 	for _, n := range []byte{0, 8, 23, 25, 32} {
 		c := append([]byte(nil), cdb...)
 		c[8] = n
-		wantSense(t, f.run(f.s, 0, c, make([]byte, n), 0), SenseIllegalRequest, 0x1A, 0x00)
+		wantSense(t, f.run(f.s, 0, c, make([]byte, n), 0), sense.KeyIllegalRequest, 0x1A, 0x00)
 	}
 	// Another nexus, registered, PREEMPT with SERVICE ACTION RESERVATION
 	// KEY 0 while a non all-registrants reservation exists: INVALID FIELD
 	// IN PARAMETER LIST (§5.13.11.2.4... §6.16.2).
 	cdb, p = prOut(0x00, 0, 0, 0xB2)
-	if r := f.run(s2, 0, cdb, p, 0); r.Status != StatusGood {
+	if r := f.run(s2, 0, cdb, p, 0); r.Status != sense.StatusGood {
 		t.Fatalf("%+v", r)
 	}
 	cdb, p = prOut(0x04, 0x03, 0xB2, 0)
-	wantSense(t, f.run(s2, 0, cdb, p, 0), SenseIllegalRequest, 0x26, 0x00)
+	wantSense(t, f.run(s2, 0, cdb, p, 0), sense.KeyIllegalRequest, 0x26, 0x00)
 	// PREEMPT naming a key nobody holds: RESERVATION CONFLICT.
 	cdb, p = prOut(0x04, 0x03, 0xB2, 0x77)
 	conflict(f.run(s2, 0, cdb, p, 0))

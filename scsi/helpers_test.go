@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // testCtx returns a context bounded by the test deadline (or 30 s).
@@ -54,7 +55,7 @@ func newFixture(t testing.TB, cfg LUConfig) *fixture {
 	f.s = tg.NewSession(nexusA)
 	t.Cleanup(f.s.Close)
 	r := f.run(f.s, 0, cdbTUR(), nil, 0)
-	wantSense(t, r, SenseUnitAttention, 0x29, 0x00)
+	wantSense(t, r, sense.KeyUnitAttention, 0x29, 0x00)
 	return f
 }
 
@@ -72,7 +73,7 @@ func (f *fixture) in(cdb []byte, inLen int) []byte {
 	f.tag++
 	cmd := &Command{Tag: f.tag, LUN: EncodeLUN(0), CDB: cdb, DataIn: make([]byte, inLen)}
 	r := f.s.Execute(testCtx(f.t), cmd)
-	if r.Status != StatusGood {
+	if r.Status != sense.StatusGood {
 		f.t.Fatalf("CDB % x: status %#x sense % x", cdb, r.Status, r.Sense)
 	}
 	return cmd.DataIn[:r.DataInLen]
@@ -82,7 +83,7 @@ func (f *fixture) in(cdb []byte, inLen int) []byte {
 func (f *fixture) good(cdb, out []byte) {
 	f.t.Helper()
 	r := f.run(f.s, 0, cdb, out, 0)
-	if r.Status != StatusGood {
+	if r.Status != sense.StatusGood {
 		f.t.Fatalf("CDB % x: status %#x sense % x", cdb, r.Status, r.Sense)
 	}
 }
@@ -94,12 +95,12 @@ func checkResultValid(t testing.TB, cdb []byte, r Result) {
 		return
 	}
 	switch r.Status {
-	case StatusGood, StatusConditionMet, StatusReservationConflict, StatusTaskAborted, StatusBusy, StatusTaskSetFull:
+	case sense.StatusGood, sense.StatusConditionMet, sense.StatusReservationConflict, sense.StatusTaskAborted, sense.StatusBusy, sense.StatusTaskSetFull:
 		if len(r.Sense) != 0 {
 			t.Fatalf("CDB % x: status %#x with sense", cdb, r.Status)
 		}
-	case StatusCheckCondition:
-		if _, ok := ParseSense(r.Sense); !ok {
+	case sense.StatusCheckCondition:
+		if d, err := sense.Parse(r.Sense); err != nil || d.Truncated {
 			t.Fatalf("CDB % x: CHECK CONDITION with bad sense % x", cdb, r.Sense)
 		}
 		if r.DataInLen != 0 {
@@ -110,13 +111,13 @@ func checkResultValid(t testing.TB, cdb []byte, r Result) {
 	}
 }
 
-func wantSense(t testing.TB, r Result, key, asc, ascq uint8) SenseInfo {
+func wantSense(t testing.TB, r Result, key, asc, ascq uint8) sense.Data {
 	t.Helper()
-	if r.Status != StatusCheckCondition {
+	if r.Status != sense.StatusCheckCondition {
 		t.Fatalf("status %#x, want CHECK CONDITION %x/%02x/%02x", r.Status, key, asc, ascq)
 	}
-	s, ok := ParseSense(r.Sense)
-	if !ok {
+	s, err := sense.Parse(r.Sense)
+	if err != nil || s.Truncated {
 		t.Fatalf("bad sense % x", r.Sense)
 	}
 	if s.Key != key || s.ASC != asc || s.ASCQ != ascq {
@@ -128,7 +129,7 @@ func wantSense(t testing.TB, r Result, key, asc, ascq uint8) SenseInfo {
 // wantField asserts an ILLEGAL REQUEST with a field pointer.
 func wantField(t testing.TB, r Result, asc uint8, cd bool, byteOff int, bit int) {
 	t.Helper()
-	s := wantSense(t, r, SenseIllegalRequest, asc, 0)
+	s := wantSense(t, r, sense.KeyIllegalRequest, asc, 0)
 	if !s.SKSValid {
 		t.Fatalf("no sense key specific field: % x", r.Sense)
 	}

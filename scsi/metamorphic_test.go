@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // TestMetamorphic applies one random sequence of medium commands to a RAM
@@ -88,7 +89,7 @@ func TestMetamorphic(t *testing.T) {
 		}
 		for _, f := range fx {
 			r := f.run(f.s, 0, cdb, out, 0)
-			if r.Status != StatusGood {
+			if r.Status != sense.StatusGood {
 				t.Fatalf("step %d CDB % x: status %#x sense % x", step, cdb, r.Status, r.Sense)
 			}
 		}

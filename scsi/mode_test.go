@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // Page bytes from SBC-3 §6.4.5 table 183 (caching), SPC-4 §7.5.8 table 434
@@ -38,7 +39,7 @@ func TestModeSense10(t *testing.T) {
 	got = f.in([]byte{0x5A, 0x08, 0x4A, 0, 0, 0, 0, 0x01, 0x00, 0}, 256)
 	wantBytes(t, "changeable control", got, hx(`00 12 00 10 00 00 00 00`+`0a 0a e4 06 08 40 00 00 00 00 00 00`))
 	// Saved values are not supported.
-	wantSense(t, f.run(f.s, 0, []byte{0x5A, 0x08, 0xC8, 0, 0, 0, 0, 0x01, 0x00, 0}, nil, 256), SenseIllegalRequest, 0x39, 0x00)
+	wantSense(t, f.run(f.s, 0, []byte{0x5A, 0x08, 0xC8, 0, 0, 0, 0, 0x01, 0x00, 0}, nil, 256), sense.KeyIllegalRequest, 0x39, 0x00)
 	// Unknown page: byte 2 bit 5.
 	wantField(t, f.run(f.s, 0, []byte{0x5A, 0x08, 0x19, 0, 0, 0, 0, 0x01, 0x00, 0}, nil, 256), 0x24, true, 2, 5)
 	// Default values of the caching page.
@@ -62,13 +63,13 @@ func TestModeSelect(t *testing.T) {
 	cdb, p := modeSelect10(hx(`0a 0a 06 10 00 40 00 00 ff ff 00 1e`))
 	f.good(cdb, p)
 	r := f.run(f.s, 0, cdb16(0x88, 0, 4096, 1), nil, 512)
-	if s := wantSense(t, r, SenseIllegalRequest, 0x21, 0x00); !s.Descriptor {
+	if s := wantSense(t, r, sense.KeyIllegalRequest, 0x21, 0x00); !s.Descriptor {
 		t.Fatal("D_SENSE=1 but fixed format sense")
 	}
 	// The other nexus is told MODE PARAMETERS CHANGED; it then sees
 	// descriptor sense too.
 	r = f.run(s2, 0, cdbTUR(), nil, 0)
-	if s := wantSense(t, r, SenseUnitAttention, 0x2A, 0x01); !s.Descriptor {
+	if s := wantSense(t, r, sense.KeyUnitAttention, 0x2A, 0x01); !s.Descriptor {
 		t.Fatal("UA not in descriptor format")
 	}
 	// Not to the nexus that changed them.
@@ -96,7 +97,7 @@ func TestModeSelect(t *testing.T) {
 	wantField(t, f.run(f.s, 0, cdb, p, 0), 0x24, true, 1, 4)
 	// A truncated page.
 	cdb, p = modeSelect10(hx(`08 12 04 00`))
-	wantSense(t, f.run(f.s, 0, cdb, p, 0), SenseIllegalRequest, 0x1A, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb, p, 0), sense.KeyIllegalRequest, 0x1A, 0x00)
 	// Block descriptor with another block length.
 	param := hx(`00 00 00 08 00000000 00 000400`)
 	wantField(t, f.run(f.s, 0, []byte{0x15, 0x10, 0, 0, byte(len(param)), 0}, param, 0), 0x26, false, 9, -1)
@@ -128,7 +129,7 @@ func TestQErrAbortsOnCheckCondition(t *testing.T) {
 		done <- f.s.Execute(ctx, &Command{Tag: 500, CDB: cdb16(0x88, 0, 3, 1), DataIn: make([]byte, 512)})
 	}()
 	blk.waitStarted(t, 3)
-	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, 9999, 1), nil, 512), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, 9999, 1), nil, 512), sense.KeyIllegalRequest, 0x21, 0x00)
 	blk.release(3)
 	if r := <-done; !r.Aborted {
 		t.Fatalf("QERR=01b did not abort the running task: %+v", r)
@@ -142,11 +143,11 @@ func TestModeSubpageFFAndLongParamList(t *testing.T) {
 	// A data-out longer than the PARAMETER LIST LENGTH: the excess is ignored.
 	cdb, p := modeSelect10(hx(pgControl))
 	r := f.run(f.s, 0, cdb, append(p, 0xEE, 0xEE), 0)
-	if r.Status != StatusGood || r.DataOutUsed != len(p) || r.DataOutWanted != len(p) {
+	if r.Status != sense.StatusGood || r.DataOutUsed != len(p) || r.DataOutWanted != len(p) {
 		t.Fatalf("%+v", r)
 	}
 	// Shorter: INVALID FIELD IN COMMAND INFORMATION UNIT.
-	wantSense(t, f.run(f.s, 0, cdb, p[:len(p)-1], 0), SenseIllegalRequest, 0x0E, 0x03)
+	wantSense(t, f.run(f.s, 0, cdb, p[:len(p)-1], 0), sense.KeyIllegalRequest, 0x0E, 0x03)
 }
 
 func TestSavedModePages(t *testing.T) {
@@ -196,10 +197,10 @@ func TestSoftwareWriteProtect(t *testing.T) {
 	f := newFixture(t, LUConfig{ThinProvisioning: true})
 	cdb, p := modeSelect10(hx(`0a 0a 02 10 08 40 00 00 ff ff 00 1e`))
 	f.good(cdb, p)
-	wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 0, 1), make([]byte, 512), 0), SenseDataProtect, 0x27, 0x02)
-	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0, 0, 1), make([]byte, 512), 0), SenseDataProtect, 0x27, 0x02)
+	wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 0, 1), make([]byte, 512), 0), sense.KeyDataProtect, 0x27, 0x02)
+	wantSense(t, f.run(f.s, 0, cdb16(0x93, 0, 0, 1), make([]byte, 512), 0), sense.KeyDataProtect, 0x27, 0x02)
 	unmap := hx(`0016 0010 00000000 0000000000000000 00000001 00000000`)
-	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0}, unmap, 0), SenseDataProtect, 0x27, 0x02)
+	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, 24, 0}, unmap, 0), sense.KeyDataProtect, 0x27, 0x02)
 	f.in(cdb16(0x88, 0, 0, 1), 512)
 	if b := f.in([]byte{0x1A, 0x08, 0x0A, 0, 255, 0}, 255); b[2] != 0x90 {
 		t.Fatalf("device-specific parameter %#x, want 90", b[2])

@@ -1,6 +1,10 @@
 package scsi
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gosrp/gosrp/scsi/sense"
+)
 
 func prOut(sa, scopeType byte, key, saKey uint64) ([]byte, []byte) {
 	p := make([]byte, 24)
@@ -22,29 +26,29 @@ func TestPersistentReservations(t *testing.T) {
 	cdb, p = prOut(0x01, 0x01, 0xA1, 0) // A: RESERVE WRITE EXCLUSIVE
 	f.good(cdb, p)
 	// B (unregistered) may read but not write (SPC-4 table 45).
-	if r := f.run(s2, 0, cdb16(0x8A, 0, 0, 1), make([]byte, 512), 0); r.Status != StatusReservationConflict || len(r.Sense) != 0 {
+	if r := f.run(s2, 0, cdb16(0x8A, 0, 0, 1), make([]byte, 512), 0); r.Status != sense.StatusReservationConflict || len(r.Sense) != 0 {
 		t.Fatalf("write under WR_EX: %+v", r)
 	}
-	if r := f.run(s2, 0, cdb16(0x88, 0, 0, 1), nil, 512); r.Status != StatusGood {
+	if r := f.run(s2, 0, cdb16(0x88, 0, 0, 1), nil, 512); r.Status != sense.StatusGood {
 		t.Fatalf("read under WR_EX: %+v", r)
 	}
 	f.good(cdb16(0x8A, 0, 0, 1), make([]byte, 512))
 	// READ KEYS from B: PRgeneration 1, one key (SPC-4 §6.15.2).
 	r := f.run(s2, 0, []byte{0x5E, 0x00, 0, 0, 0, 0, 0, 0, 64, 0}, nil, 64)
-	if r.Status != StatusGood || r.DataInLen != 16 {
+	if r.Status != sense.StatusGood || r.DataInLen != 16 {
 		t.Fatalf("READ KEYS: %+v", r)
 	}
 	// B registers and preempts A: A gets REGISTRATIONS PREEMPTED.
 	cdb, p = prOut(0x00, 0, 0, 0xB2)
-	if r := f.run(s2, 0, cdb, p, 0); r.Status != StatusGood {
+	if r := f.run(s2, 0, cdb, p, 0); r.Status != sense.StatusGood {
 		t.Fatalf("%+v", r)
 	}
 	cdb, p = prOut(0x04, 0x01, 0xB2, 0xA1)
-	if r := f.run(s2, 0, cdb, p, 0); r.Status != StatusGood {
+	if r := f.run(s2, 0, cdb, p, 0); r.Status != sense.StatusGood {
 		t.Fatalf("PREEMPT: %+v % x", r, r.Sense)
 	}
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x05)
-	if r := f.run(f.s, 0, cdb16(0x8A, 0, 0, 1), make([]byte, 512), 0); r.Status != StatusReservationConflict {
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2A, 0x05)
+	if r := f.run(f.s, 0, cdb16(0x8A, 0, 0, 1), make([]byte, 512), 0); r.Status != sense.StatusReservationConflict {
 		t.Fatalf("preempted nexus writes: %+v", r)
 	}
 	// A bad service action is INVALID FIELD IN CDB through the table.
@@ -57,10 +61,10 @@ func TestReserveRelease(t *testing.T) {
 	defer s2.Close()
 	f.run(s2, 0, cdbTUR(), nil, 0)
 	f.good([]byte{0x16, 0, 0, 0, 0, 0}, nil) // RESERVE(6)
-	if r := f.run(s2, 0, cdbTUR(), nil, 0); r.Status != StatusReservationConflict {
+	if r := f.run(s2, 0, cdbTUR(), nil, 0); r.Status != sense.StatusReservationConflict {
 		t.Fatalf("TUR from other nexus: %+v", r)
 	}
-	if r := f.run(s2, 0, cdbInquiry(false, 0, 36), nil, 36); r.Status != StatusGood {
+	if r := f.run(s2, 0, cdbInquiry(false, 0, 36), nil, 36); r.Status != sense.StatusGood {
 		t.Fatalf("INQUIRY: %+v", r)
 	}
 	// Extent reservation is not supported.
@@ -69,14 +73,14 @@ func TestReserveRelease(t *testing.T) {
 	if resp := f.s.TaskManagement(testCtx(t), TMFLUNReset, 0, 0); resp != TMFComplete {
 		t.Fatal(resp)
 	}
-	wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x03)
-	if r := f.run(s2, 0, cdbTUR(), nil, 0); r.Status != StatusGood {
+	wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x03)
+	if r := f.run(s2, 0, cdbTUR(), nil, 0); r.Status != sense.StatusGood {
 		t.Fatalf("after reset: %+v", r)
 	}
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x03)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x03)
 	f.good([]byte{0x56, 0, 0, 0, 0, 0, 0, 0, 0, 0}, nil) // RESERVE(10) by A again
 	f.good([]byte{0x57, 0, 0, 0, 0, 0, 0, 0, 0, 0}, nil) // RELEASE(10)
-	if r := f.run(s2, 0, cdbTUR(), nil, 0); r.Status != StatusGood {
+	if r := f.run(s2, 0, cdbTUR(), nil, 0); r.Status != sense.StatusGood {
 		t.Fatalf("after release: %+v", r)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 func pattern(n int, seed byte) []byte {
@@ -53,28 +54,28 @@ func TestReadWriteAllSizes(t *testing.T) {
 		wantBytes(t, c.name, got, data)
 		// Last block readable; one past the end is LBA OUT OF RANGE.
 		f.in(c.rd(2047, 1), 512)
-		wantSense(t, f.run(f.s, 0, c.rd(2047, 2), nil, 1024), SenseIllegalRequest, 0x21, 0x00)
-		wantSense(t, f.run(f.s, 0, c.wr(2048, 1), make([]byte, 512), 0), SenseIllegalRequest, 0x21, 0x00)
+		wantSense(t, f.run(f.s, 0, c.rd(2047, 2), nil, 1024), sense.KeyIllegalRequest, 0x21, 0x00)
+		wantSense(t, f.run(f.s, 0, c.wr(2048, 1), make([]byte, 512), 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	}
 	// READ(6) transfer length 0 means 256 blocks (SBC-3 §5.13).
 	r := f.run(f.s, 0, six(0x08)(0, 0), nil, 256*512)
-	if r.Status != StatusGood || r.DataInLen != 256*512 || r.DataInWanted != 256*512 {
+	if r.Status != sense.StatusGood || r.DataInLen != 256*512 || r.DataInWanted != 256*512 {
 		t.Fatalf("READ(6) len 0: %+v", r)
 	}
 	// READ(10) with length 0 transfers nothing.
 	r = f.run(f.s, 0, cdb10(0x28, 0, 0, 0), nil, 0)
-	if r.Status != StatusGood || r.DataInLen != 0 {
+	if r.Status != sense.StatusGood || r.DataInLen != 0 {
 		t.Fatalf("%+v", r)
 	}
 	// LBA + length overflowing 64 bits.
-	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, ^uint64(0), 2), nil, 1024), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, ^uint64(0), 2), nil, 1024), sense.KeyIllegalRequest, 0x21, 0x00)
 	// Data-out shorter than the transfer length: INVALID FIELD IN COMMAND IU.
-	wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 0, 2), make([]byte, 512), 0), SenseIllegalRequest, 0x0E, 0x03)
+	wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 0, 2), make([]byte, 512), 0), sense.KeyIllegalRequest, 0x0E, 0x03)
 	// Transfer beyond MAXIMUM TRANSFER LENGTH (16384 blocks): length field.
 	wantField(t, f.run(f.s, 0, cdb16(0x88, 0, 0, 16385), nil, 0), 0x24, true, 10, -1)
 	// Short data-in buffer: partial transfer, wanted reports the CDB's.
 	r = f.run(f.s, 0, cdb16(0x88, 0, 100, 2), nil, 700)
-	if r.Status != StatusGood || r.DataInLen != 700 || r.DataInWanted != 1024 {
+	if r.Status != sense.StatusGood || r.DataInLen != 700 || r.DataInWanted != 1024 {
 		t.Fatalf("%+v", r)
 	}
 }
@@ -84,7 +85,7 @@ func TestReadOnly(t *testing.T) {
 	for _, cdb := range [][]byte{
 		cdb16(0x8A, 0, 0, 1), cdb10(0x2A, 0, 0, 1), cdb16(0x93, 0, 0, 1), cdb16(0x89, 0, 0, 1)[:16],
 	} {
-		wantSense(t, f.run(f.s, 0, cdb, make([]byte, 512), 0), SenseDataProtect, 0x27, 0x00)
+		wantSense(t, f.run(f.s, 0, cdb, make([]byte, 512), 0), sense.KeyDataProtect, 0x27, 0x00)
 	}
 	// MODE SENSE reports WP.
 	b := f.in([]byte{0x1A, 0x08, 0x3F, 0, 255, 0}, 255)
@@ -97,17 +98,17 @@ func TestFaultMapping(t *testing.T) {
 	fb := backstore.NewFault(backstore.NewRAM(1 << 20))
 	f := newFixture(t, LUConfig{Backstore: fb})
 	fb.Set(func(x *backstore.Fault) { x.WriteErr = syscall.ENOSPC })
-	wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 5, 1), make([]byte, 512), 0), SenseDataProtect, 0x27, 0x07)
+	wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 5, 1), make([]byte, 512), 0), sense.KeyDataProtect, 0x27, 0x07)
 	fb.Set(func(x *backstore.Fault) { x.WriteErr = syscall.EIO })
-	s := wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 5, 1), make([]byte, 512), 0), SenseMediumError, 0x0C, 0x00)
+	s := wantSense(t, f.run(f.s, 0, cdb16(0x8A, 0, 5, 1), make([]byte, 512), 0), sense.KeyMediumError, 0x0C, 0x00)
 	if !s.InfoValid || s.Info != 5 {
 		t.Fatalf("INFORMATION %v %d, want LBA 5", s.InfoValid, s.Info)
 	}
 	fb.Set(func(x *backstore.Fault) { x.WriteErr, x.ReadErr = nil, syscall.EIO })
-	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, 7, 1), nil, 512), SenseMediumError, 0x11, 0x00)
-	wantSense(t, f.run(f.s, 0, cdb16(0x8F, 0, 7, 1), nil, 0), SenseMediumError, 0x11, 0x00) // VERIFY BYTCHK=0 reads
+	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, 7, 1), nil, 512), sense.KeyMediumError, 0x11, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x8F, 0, 7, 1), nil, 0), sense.KeyMediumError, 0x11, 0x00) // VERIFY BYTCHK=0 reads
 	fb.Set(func(x *backstore.Fault) { x.ReadErr, x.SyncErr = nil, syscall.EIO })
-	wantSense(t, f.run(f.s, 0, cdb16(0x91, 0, 0, 0), nil, 0), SenseMediumError, 0x0C, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x91, 0, 0, 0), nil, 0), sense.KeyMediumError, 0x0C, 0x00)
 	fb.Set(func(x *backstore.Fault) { x.SyncErr = nil })
 	f.good(cdb16(0x91, 0, 0, 0), nil)
 }
@@ -156,13 +157,13 @@ func TestCompareAndWrite(t *testing.T) {
 	// Miscompare: INFORMATION is the offset of the first differing byte.
 	bad := append([]byte{}, nw...)
 	bad[77] ^= 0xFF
-	s := wantSense(t, f.run(f.s, 0, caw, append(bad, old...), 0), SenseMiscompare, 0x1D, 0x00)
+	s := wantSense(t, f.run(f.s, 0, caw, append(bad, old...), 0), sense.KeyMiscompare, 0x1D, 0x00)
 	if !s.InfoValid || s.Info != 77 {
 		t.Fatalf("INFORMATION %v %d, want 77", s.InfoValid, s.Info)
 	}
 	wantBytes(t, "unchanged", f.in(cdb16(0x88, 0, 10, 1), 512), nw)
 	// Wrong data-out length.
-	wantSense(t, f.run(f.s, 0, caw, nw, 0), SenseIllegalRequest, 0x0E, 0x03)
+	wantSense(t, f.run(f.s, 0, caw, nw, 0), sense.KeyIllegalRequest, 0x0E, 0x03)
 }
 
 // TestCompareAndWriteAtomic increments a counter in block 0 from many
@@ -189,7 +190,7 @@ func TestCompareAndWriteAtomic(t *testing.T) {
 					}
 					cur := make([]byte, 512)
 					r := f.s.Execute(ctx, &Command{Tag: newTag(), CDB: cdb16(0x88, 0, 0, 1), DataIn: cur})
-					if r.Status != StatusGood {
+					if r.Status != sense.StatusGood {
 						errs <- "read failed"
 						return
 					}
@@ -199,10 +200,10 @@ func TestCompareAndWriteAtomic(t *testing.T) {
 					caw := make([]byte, 16)
 					caw[0], caw[13] = 0x89, 1
 					r = f.s.Execute(ctx, &Command{Tag: newTag(), CDB: caw, DataOut: append(cur, nw...)})
-					if r.Status == StatusGood {
+					if r.Status == sense.StatusGood {
 						break
 					}
-					if s, _ := ParseSense(r.Sense); s.Key != SenseMiscompare {
+					if s, _ := sense.Parse(r.Sense); s.Key != sense.KeyMiscompare {
 						errs <- "unexpected sense"
 						return
 					}
@@ -227,7 +228,7 @@ func TestVerify(t *testing.T) {
 	f.good(cdb16(0x8F, 0x02, 20, 2), data) // BYTCHK=01
 	bad := append([]byte{}, data...)
 	bad[600] ^= 1
-	s := wantSense(t, f.run(f.s, 0, cdb16(0x8F, 0x02, 20, 2), bad, 0), SenseMiscompare, 0x1D, 0x00)
+	s := wantSense(t, f.run(f.s, 0, cdb16(0x8F, 0x02, 20, 2), bad, 0), sense.KeyMiscompare, 0x1D, 0x00)
 	if s.Info != 600 {
 		t.Fatalf("INFORMATION %d, want 600", s.Info)
 	}
@@ -235,7 +236,7 @@ func TestVerify(t *testing.T) {
 	// BYTCHK=11: one block compared against each block.
 	f.good(cdb16(0x8A, 0, 40, 3), bytes.Repeat(data[:512], 3))
 	f.good(cdb16(0x8F, 0x06, 40, 3), data[:512])
-	s = wantSense(t, f.run(f.s, 0, cdb16(0x8F, 0x06, 39, 3), data[:512], 0), SenseMiscompare, 0x1D, 0x00)
+	s = wantSense(t, f.run(f.s, 0, cdb16(0x8F, 0x06, 39, 3), data[:512], 0), sense.KeyMiscompare, 0x1D, 0x00)
 	if s.Info != 0 {
 		t.Fatalf("INFORMATION %d", s.Info)
 	}
@@ -292,17 +293,17 @@ func TestWriteSameUnmapLBAStatus(t *testing.T) {
 		t.Fatalf("allocated %d after unmapping everything", ram.AllocatedBytes())
 	}
 	// Parameter list errors.
-	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, 4, 0}, make([]byte, 4), 0), SenseIllegalRequest, 0x1A, 0x00)
+	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, 4, 0}, make([]byte, 4), 0), sense.KeyIllegalRequest, 0x1A, 0x00)
 	oob := hx(`0016 0010 00000000 0000000000007fff 00000002 00000000`)
-	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, byte(len(oob)), 0}, oob, 0), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, byte(len(oob)), 0}, oob, 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	// GET LBA STATUS beyond capacity.
-	wantSense(t, f.run(f.s, 0, cdb16(0x9E, 0x12, 32768, 256), nil, 256), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x9E, 0x12, 32768, 256), nil, 256), sense.KeyIllegalRequest, 0x21, 0x00)
 }
 
 func TestUnmapWithoutThin(t *testing.T) {
 	f := newFixture(t, LUConfig{})
 	param := hx(`0016 0010 00000000 0000000000000000 00000001 00000000`)
-	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, byte(len(param)), 0}, param, 0), SenseIllegalRequest, 0x20, 0x00)
+	wantSense(t, f.run(f.s, 0, []byte{0x42, 0, 0, 0, 0, 0, 0, 0, byte(len(param)), 0}, param, 0), sense.KeyIllegalRequest, 0x20, 0x00)
 	// GET LBA STATUS reports everything mapped.
 	wantBytes(t, "mapped", f.in(cdb16(0x9E, 0x12, 5, 64), 64), hx(`00000014 00000000 0000000000000005 000007fb 00 000000`))
 }
@@ -311,9 +312,9 @@ func TestSyncPrefetchStartStop(t *testing.T) {
 	f := newFixture(t, LUConfig{})
 	f.good(cdb10(0x35, 0x02, 0, 0), nil)
 	f.good(cdb16(0x91, 0, 2047, 1), nil)
-	wantSense(t, f.run(f.s, 0, cdb16(0x91, 0, 2047, 2), nil, 0), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x91, 0, 2047, 2), nil, 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	f.good(cdb10(0x34, 0, 0, 8), nil)
-	wantSense(t, f.run(f.s, 0, cdb16(0x90, 0, 2048, 1), nil, 0), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, cdb16(0x90, 0, 2048, 1), nil, 0), sense.KeyIllegalRequest, 0x21, 0x00)
 	f.good([]byte{0x1B, 0, 0, 0, 0x01, 0}, nil)
 	f.good([]byte{0x1B, 0x01, 0, 0, 0x00, 0}, nil)
 	wantField(t, f.run(f.s, 0, []byte{0x1B, 0, 0, 0, 0x02, 0}, nil, 0), 0x24, true, 4, 1)
@@ -334,7 +335,7 @@ func TestResize(t *testing.T) {
 	for _, s := range []Session{f.s, s2} {
 		// INQUIRY does not consume the UA; the next TUR reports it.
 		f.run(s, 0, cdbInquiry(false, 0, 36), nil, 36)
-		wantSense(t, f.run(s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x09)
+		wantSense(t, f.run(s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2A, 0x09)
 	}
 	wantBytes(t, "RC10", f.in([]byte{0x25, 0, 0, 0, 0, 0, 0, 0, 0, 0}, 8), hx(`00 00 0f ff 00 00 02 00`))
 	f.in(cdb16(0x88, 0, 4095, 1), 512)
@@ -342,8 +343,8 @@ func TestResize(t *testing.T) {
 	if err := f.lu.Resize(512 << 10); err != nil {
 		t.Fatal(err)
 	}
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x09)
-	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, 1024, 1), nil, 512), SenseIllegalRequest, 0x21, 0x00)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2A, 0x09)
+	wantSense(t, f.run(f.s, 0, cdb16(0x88, 0, 1024, 1), nil, 512), sense.KeyIllegalRequest, 0x21, 0x00)
 }
 
 func TestOverlappedTag(t *testing.T) {
@@ -357,9 +358,9 @@ func TestOverlappedTag(t *testing.T) {
 	}()
 	blk.waitStarted(t, 7)
 	r := f.s.Execute(ctx, &Command{Tag: 55, CDB: cdbTUR()})
-	wantSense(t, r, SenseAbortedCommand, 0x4E, 0x00)
+	wantSense(t, r, sense.KeyAbortedCommand, 0x4E, 0x00)
 	blk.release(7)
-	if r := <-done; r.Status != StatusGood {
+	if r := <-done; r.Status != sense.StatusGood {
 		t.Fatalf("%+v", r)
 	}
 	_ = context.Background

@@ -36,16 +36,9 @@ func execRequestSense(c *cmdCtx) failure {
 	} else if r := c.lu.takeUA(c.s.key); r != ReasonNone {
 		f = fail(r)
 	}
-	var data []byte
-	if f.failed() {
-		data = buildSense(f, desc)
-	} else if desc {
-		data = []byte{0x72, 0, 0, 0, 0, 0, 0, 0}
-	} else {
-		data = make([]byte, fixedSenseLen)
-		data[0], data[7] = 0x70, fixedSenseLen-8
-	}
-	return c.putDataIn(data, alloc)
+	// Without a pending condition: NO SENSE, no additional sense
+	// information (SPC-4 §6.39).
+	return c.putDataIn(buildSense(f, desc), alloc)
 }
 
 // Peripheral device type and qualifier byte 0 of INQUIRY data.

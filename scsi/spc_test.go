@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // Expected bytes below are written from SPC-4 §6.6.2 table 142 and §7.8,
@@ -100,7 +101,7 @@ func TestRequestSense(t *testing.T) {
 	s2 := f.tg.NewSession(nexusB)
 	defer s2.Close()
 	r := f.run(s2, 0, []byte{0x03, 0, 0, 0, 252, 0}, nil, 252)
-	if r.Status != StatusGood {
+	if r.Status != sense.StatusGood {
 		t.Fatalf("status %#x", r.Status)
 	}
 	// Status GOOD, data = UA sense.
@@ -108,7 +109,7 @@ func TestRequestSense(t *testing.T) {
 		t.Fatalf("len %d", r.DataInLen)
 	}
 	r = f.run(s2, 0, cdbTUR(), nil, 0)
-	if r.Status != StatusGood {
+	if r.Status != sense.StatusGood {
 		t.Fatalf("UA not cleared by REQUEST SENSE: % x", r.Sense)
 	}
 }
@@ -118,7 +119,7 @@ func TestBadLUN(t *testing.T) {
 	// INQUIRY to a LUN without a logical unit: peripheral qualifier 011b,
 	// type 1Fh (SPC-4 §6.6.2).
 	r := f.run(f.s, 5, cdbInquiry(false, 0, 96), nil, 96)
-	if r.Status != StatusGood || r.DataInLen != 96 {
+	if r.Status != sense.StatusGood || r.DataInLen != 96 {
 		t.Fatalf("%+v", r)
 	}
 	cmd := &Command{Tag: 900, LUN: EncodeLUN(5), CDB: cdbInquiry(false, 0, 96), DataIn: make([]byte, 96)}
@@ -126,27 +127,27 @@ func TestBadLUN(t *testing.T) {
 	if cmd.DataIn[0] != 0x7F {
 		t.Fatalf("byte 0 %#x, want 7f", cmd.DataIn[0])
 	}
-	wantSense(t, f.run(f.s, 5, cdbTUR(), nil, 0), SenseIllegalRequest, 0x25, 0x00)
-	wantSense(t, f.run(f.s, 5, cdb16(0x88, 0, 0, 1), nil, 512), SenseIllegalRequest, 0x25, 0x00)
+	wantSense(t, f.run(f.s, 5, cdbTUR(), nil, 0), sense.KeyIllegalRequest, 0x25, 0x00)
+	wantSense(t, f.run(f.s, 5, cdb16(0x88, 0, 0, 1), nil, 512), sense.KeyIllegalRequest, 0x25, 0x00)
 	// REQUEST SENSE: GOOD with LOGICAL UNIT NOT SUPPORTED sense data.
 	cmd = &Command{Tag: 901, LUN: EncodeLUN(5), CDB: []byte{0x03, 0, 0, 0, 18, 0}, DataIn: make([]byte, 18)}
 	r = f.s.Execute(testCtx(t), cmd)
-	if r.Status != StatusGood || cmd.DataIn[2] != 5 || cmd.DataIn[12] != 0x25 {
+	if r.Status != sense.StatusGood || cmd.DataIn[2] != 5 || cmd.DataIn[12] != 0x25 {
 		t.Fatalf("%+v % x", r, cmd.DataIn)
 	}
 	// REPORT LUNS works through any LUN.
 	r = f.run(f.s, 5, []byte{0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, nil, 256)
-	if r.Status != StatusGood || r.DataInLen != 16 {
+	if r.Status != sense.StatusGood || r.DataInLen != 16 {
 		t.Fatalf("%+v", r)
 	}
 	// An address method the target does not serve.
 	cmd = &Command{Tag: 902, LUN: 0x8000000000000000, CDB: cdbTUR()}
-	wantSense(t, f.s.Execute(testCtx(t), cmd), SenseIllegalRequest, 0x25, 0x00)
+	wantSense(t, f.s.Execute(testCtx(t), cmd), sense.KeyIllegalRequest, 0x25, 0x00)
 }
 
 func TestUnknownOpcodeAndServiceAction(t *testing.T) {
 	f := newFixture(t, LUConfig{})
-	wantSense(t, f.run(f.s, 0, []byte{0xC0, 0, 0, 0, 0, 0}, nil, 0), SenseIllegalRequest, 0x20, 0x00)
+	wantSense(t, f.run(f.s, 0, []byte{0xC0, 0, 0, 0, 0, 0}, nil, 0), sense.KeyIllegalRequest, 0x20, 0x00)
 	// SERVICE ACTION IN(16) with an unknown service action: byte 1 bit 4.
 	wantField(t, f.run(f.s, 0, cdb16(0x9E, 0x1F, 0, 32), nil, 32), 0x24, true, 1, 4)
 	// NACA bit in the CONTROL byte.
@@ -169,7 +170,7 @@ func TestReportLUNs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The existing nexus is told the inventory changed.
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x3F, 0x0E)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x3F, 0x0E)
 	cdb := []byte{0xA0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}
 	// LUN 0 peripheral, LUN 300 flat space (0x412c).
 	wantBytes(t, "REPORT LUNS", f.in(cdb, 256), hx(`00000010 00000000 0000000000000000 412c000000000000`))
@@ -180,7 +181,7 @@ func TestReportLUNs(t *testing.T) {
 	if err := f.tg.RemoveLUN(300); err != nil {
 		t.Fatal(err)
 	}
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x3F, 0x0E)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x3F, 0x0E)
 	cdb[2] = 0
 	wantBytes(t, "REPORT LUNS after remove", f.in(cdb, 256), hx(`00000008 00000000 0000000000000000`))
 	if f.tg.AddLUN(0, lu2) != ErrLUNExists || f.tg.RemoveLUN(7) != ErrNoSuchLUN {
@@ -275,7 +276,7 @@ func TestSenseFormats(t *testing.T) {
 	}
 	for r := ReasonNone + 1; r < numReasons; r++ {
 		e := reasonTable[r]
-		if e.status == 0 || (e.status == StatusCheckCondition && e.asc == 0) {
+		if e.status == 0 || (e.status == sense.StatusCheckCondition && e.asc == 0) {
 			t.Fatalf("reason %d has no table row", r)
 		}
 	}
@@ -313,7 +314,7 @@ func TestReportTimestamp(t *testing.T) {
 	defer s.Close()
 	s.Execute(testCtx(t), &Command{CDB: cdbTUR()})
 	cmd := &Command{Tag: 1, CDB: []byte{0xA3, 0x0F, 0, 0, 0, 0, 0, 0, 0, 12, 0, 0}, DataIn: make([]byte, 12)}
-	if r := s.Execute(testCtx(t), cmd); r.Status != StatusGood || r.DataInLen != 12 {
+	if r := s.Execute(testCtx(t), cmd); r.Status != sense.StatusGood || r.DataInLen != 12 {
 		t.Fatalf("%+v", r)
 	}
 	wantBytes(t, "REPORT TIMESTAMP", cmd.DataIn, hx(`000a 03 00 019b7ca98c8e 0000`))
@@ -333,7 +334,7 @@ func TestVPD83SCSIName(t *testing.T) {
 	defer s.Close()
 	cmd := &Command{Tag: 1, LUN: EncodeLUN(0), CDB: cdbInquiry(true, 0x83, 512), DataIn: make([]byte, 512)}
 	r := s.Execute(testCtx(t), cmd)
-	if r.Status != StatusGood {
+	if r.Status != sense.StatusGood {
 		t.Fatalf("status %#x", r.Status)
 	}
 	want := hx(`00 83 00 98` +

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 func (f *fixture) goExec(ctx context.Context, s Session, cmd *Command) <-chan Result {
@@ -51,12 +53,12 @@ func TestTaskAttributes(t *testing.T) {
 		return f.lu.ts.waiting == 2
 	})
 	// HEAD OF QUEUE completes while A still runs and B, C wait.
-	if r := waitResult(t, f.goExec(ctx, f.s, readCmd(1004, 4, TaskHeadOfQueue))); r.Status != StatusGood {
+	if r := waitResult(t, f.goExec(ctx, f.s, readCmd(1004, 4, TaskHeadOfQueue))); r.Status != sense.StatusGood {
 		t.Fatalf("HoQ: %+v", r)
 	}
 	blk.release(1)
 	for _, ch := range []<-chan Result{a, b, c} {
-		if r := waitResult(t, ch); r.Status != StatusGood {
+		if r := waitResult(t, ch); r.Status != sense.StatusGood {
 			t.Fatalf("%+v", r)
 		}
 	}
@@ -133,7 +135,7 @@ func TestContextCancelAborts(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	blk.release(1)
-	if r := waitResult(t, a); r.Status != StatusGood {
+	if r := waitResult(t, a); r.Status != sense.StatusGood {
 		t.Fatalf("%+v", r)
 	}
 }
@@ -159,7 +161,7 @@ func TestClearTaskSetAndLUNReset(t *testing.T) {
 		return f.lu.ts.head != nil && f.lu.ts.head.aborted
 	})
 	blk.release(1)
-	if r := waitResult(t, a); r.Status != StatusTaskAborted || r.Aborted {
+	if r := waitResult(t, a); r.Status != sense.StatusTaskAborted || r.Aborted {
 		t.Fatalf("TAS=1: %+v", r)
 	}
 	if resp := <-tmf; resp != TMFComplete {
@@ -169,7 +171,7 @@ func TestClearTaskSetAndLUNReset(t *testing.T) {
 		t.Fatalf("%v", resp)
 	}
 	for _, s := range []Session{f.s, s2} {
-		wantSense(t, f.run(s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x03)
+		wantSense(t, f.run(s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x03)
 		f.good(cdbTUR(), nil)
 	}
 }
@@ -200,7 +202,7 @@ func TestClearTaskSetTAS0(t *testing.T) {
 		t.Fatalf("TAS=0: %+v", r)
 	}
 	<-tmf
-	wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2F, 0x00)
+	wantSense(t, f.run(s2, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2F, 0x00)
 }
 
 func TestUnitAttentionSequence(t *testing.T) {
@@ -214,19 +216,19 @@ func TestUnitAttentionSequence(t *testing.T) {
 		t.Fatalf("pending %x", got)
 	}
 	// Unknown opcodes report the UA first (UA check precedes CDB parsing).
-	wantSense(t, f.run(s2, 0, []byte{0xC0, 0, 0, 0, 0, 0}, nil, 0), SenseUnitAttention, 0x29, 0x00)
-	wantSense(t, f.run(s2, 0, []byte{0xC0, 0, 0, 0, 0, 0}, nil, 0), SenseIllegalRequest, 0x20, 0x00)
+	wantSense(t, f.run(s2, 0, []byte{0xC0, 0, 0, 0, 0, 0}, nil, 0), sense.KeyUnitAttention, 0x29, 0x00)
+	wantSense(t, f.run(s2, 0, []byte{0xC0, 0, 0, 0, 0, 0}, nil, 0), sense.KeyIllegalRequest, 0x20, 0x00)
 	// Closing the last session of a nexus forgets it: a new one sees POWER
 	// ON again.
 	s2.Close()
 	s3 := f.tg.NewSession(nexusB)
 	defer s3.Close()
-	wantSense(t, f.run(s3, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x00)
+	wantSense(t, f.run(s3, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x00)
 	// Two conditions queue in order.
 	f.lu.uaAllExisting(ReasonUAModeChanged, "")
 	f.lu.uaAllExisting(ReasonUACapacityChanged, "")
-	wantSense(t, f.run(s3, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x01)
-	wantSense(t, f.run(s3, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x09)
+	wantSense(t, f.run(s3, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2A, 0x01)
+	wantSense(t, f.run(s3, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2A, 0x09)
 	f.run(s3, 0, cdbTUR(), nil, 0)
 }
 
@@ -265,7 +267,7 @@ func TestSessionClose(t *testing.T) {
 func TestACAAttribute(t *testing.T) {
 	f := newFixture(t, LUConfig{})
 	r := f.s.Execute(testCtx(t), &Command{Tag: 7, CDB: cdbTUR(), Attr: TaskACA})
-	if s := wantSense(t, r, SenseIllegalRequest, 0x24, 0x00); s.SKSValid {
+	if s := wantSense(t, r, sense.KeyIllegalRequest, 0x24, 0x00); s.SKSValid {
 		t.Fatal("field pointer for a task attribute")
 	}
 }

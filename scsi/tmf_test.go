@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // Service response codes as SAS SSP and FCP-4 carry them (SAM-5 §7.1):
@@ -38,7 +39,7 @@ func TestQueryTaskAndTaskSet(t *testing.T) {
 	blk := newBlockingStore(1 << 20)
 	f := newFixture(t, LUConfig{Backstore: blk})
 	f.addLU(1)
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x3F, 0x0E)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x3F, 0x0E)
 	sB := f.tg.NewSession(nexusB)
 	defer sB.Close()
 	ctx := testCtx(t)
@@ -73,7 +74,7 @@ func TestQueryTaskAndTaskSet(t *testing.T) {
 		}
 	}
 	blk.release(7)
-	if r := waitResult(t, a); r.Status != StatusGood {
+	if r := waitResult(t, a); r.Status != sense.StatusGood {
 		t.Fatalf("read: %+v", r)
 	}
 	after := []query{
@@ -110,7 +111,7 @@ func TestQueryAsyncEvent(t *testing.T) {
 	// (06/29/00), one condition.
 	check("fresh nexus", sB, rspSucceeded, [3]byte{0x16, 0x29, 0x00})
 	check("still pending", sB, rspSucceeded, [3]byte{0x16, 0x29, 0x00})
-	wantSense(t, f.run(sB, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x00)
+	wantSense(t, f.run(sB, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x00)
 	check("after TUR took it", sB, rspComplete, [3]byte{})
 	check("nexus A, nothing pending", f.s, rspComplete, [3]byte{})
 
@@ -121,9 +122,9 @@ func TestQueryAsyncEvent(t *testing.T) {
 	}
 	f.addLU(1)
 	check("two pending", f.s, rspSucceeded, [3]byte{0x26, 0x2A, 0x09})
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x2A, 0x09)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x2A, 0x09)
 	check("one left", f.s, rspSucceeded, [3]byte{0x16, 0x3F, 0x0E})
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x3F, 0x0E)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x3F, 0x0E)
 	check("none left", f.s, rspComplete, [3]byte{})
 
 	if rsp, _ := f.s.(TMFInfoSession).TaskManagementInfo(ctx, TMFQueryAsyncEvent, EncodeLUN(9), 0); rsp != rspIncorrectLUN {
@@ -141,20 +142,20 @@ func TestITNexusReset(t *testing.T) {
 	blk := newBlockingStore(1 << 20)
 	f := newFixture(t, LUConfig{Backstore: blk})
 	f.addLU(1)
-	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x3F, 0x0E)
-	wantSense(t, f.run(f.s, 1, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x00)
+	wantSense(t, f.run(f.s, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x3F, 0x0E)
+	wantSense(t, f.run(f.s, 1, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x00)
 	sB := f.tg.NewSession(nexusB)
 	defer sB.Close()
-	wantSense(t, f.run(sB, 0, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x00)
-	wantSense(t, f.run(sB, 1, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x00)
+	wantSense(t, f.run(sB, 0, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x00)
+	wantSense(t, f.run(sB, 1, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x00)
 
 	// A: SPC-2 RESERVE(6) on LUN 1, PR REGISTER key 0xA1 on LUN 0.
-	if r := f.run(f.s, 1, []byte{0x16, 0, 0, 0, 0, 0}, nil, 0); r.Status != StatusGood {
+	if r := f.run(f.s, 1, []byte{0x16, 0, 0, 0, 0, 0}, nil, 0); r.Status != sense.StatusGood {
 		t.Fatalf("RESERVE(6): %+v", r)
 	}
 	cdb, p := prOut(0x00, 0, 0, 0xA1)
 	f.good(cdb, p)
-	if r := f.run(sB, 1, cdb16(0x88, 0, 0, 1), nil, 512); r.Status != StatusReservationConflict {
+	if r := f.run(sB, 1, cdb16(0x88, 0, 0, 1), nil, 512); r.Status != sense.StatusReservationConflict {
 		t.Fatalf("B read under A's RESERVE: %+v", r)
 	}
 
@@ -176,7 +177,7 @@ func TestITNexusReset(t *testing.T) {
 		t.Fatalf("A's task not aborted silently: %+v", r)
 	}
 	blk.release(6)
-	if r := waitResult(t, b); r.Status != StatusGood || r.Aborted {
+	if r := waitResult(t, b); r.Status != sense.StatusGood || r.Aborted {
 		t.Fatalf("B's task: %+v", r)
 	}
 
@@ -184,13 +185,13 @@ func TestITNexusReset(t *testing.T) {
 		if got := f.tg.LogicalUnit(lun).PendingUnitAttentions(nexusB); len(got) != 0 {
 			t.Fatalf("B's unit attentions on LUN %d: %04x", lun, got)
 		}
-		wantSense(t, f.run(f.s, lun, cdbTUR(), nil, 0), SenseUnitAttention, 0x29, 0x07)
-		if r := f.run(f.s, lun, cdbTUR(), nil, 0); r.Status != StatusGood {
+		wantSense(t, f.run(f.s, lun, cdbTUR(), nil, 0), sense.KeyUnitAttention, 0x29, 0x07)
+		if r := f.run(f.s, lun, cdbTUR(), nil, 0); r.Status != sense.StatusGood {
 			t.Fatalf("LUN %d second TUR: %+v", lun, r)
 		}
 	}
 	// The SPC-2 reservation is gone: B reads LUN 1.
-	if r := f.run(sB, 1, cdb16(0x88, 0, 0, 1), nil, 512); r.Status != StatusGood {
+	if r := f.run(sB, 1, cdb16(0x88, 0, 0, 1), nil, 512); r.Status != sense.StatusGood {
 		t.Fatalf("B read after reset: %+v", r)
 	}
 	// READ KEYS: PRGENERATION 1, ADDITIONAL LENGTH 8, key A1 (SPC-4 §6.15.2).
@@ -269,8 +270,8 @@ func TestTMFAbortsCommandBeforeTaskSetEntry(t *testing.T) {
 			}
 			f.tg.hooks.beforeEnter, f.tg.hooks.afterAbort = nil, nil
 			// The medium is untouched (after the reset's unit attention).
-			if r := f.run(f.s, 0, cdbTUR(), nil, 0); r.Status == StatusCheckCondition {
-				if si, _ := ParseSense(r.Sense); si.Key != SenseUnitAttention || si.ASC != 0x29 {
+			if r := f.run(f.s, 0, cdbTUR(), nil, 0); r.Status == sense.StatusCheckCondition {
+				if si, _ := sense.Parse(r.Sense); si.Key != sense.KeyUnitAttention || si.ASC != 0x29 {
 					t.Fatalf("TUR after the TMF: %+v", r)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // TestTranscripts replays testdata/*.txt: multi-step, multi-nexus
@@ -157,9 +158,9 @@ func runTranscript(t *testing.T, file string) {
 			ef := strings.Fields(rhs)
 			switch ef[0] {
 			case "good", "condition-met":
-				want := uint8(StatusGood)
+				want := uint8(sense.StatusGood)
 				if ef[0] == "condition-met" {
-					want = StatusConditionMet
+					want = sense.StatusConditionMet
 				}
 				if r.Status != want {
 					t.Fatalf("%s: status %#x sense % x", where, r.Status, r.Sense)
@@ -187,15 +188,15 @@ func runTranscript(t *testing.T, file string) {
 				if _, err := fmt.Sscanf(ef[1], "%x/%x/%x", &k, &a, &q); err != nil {
 					t.Fatalf("%s: %v", where, err)
 				}
-				if r.Status != StatusCheckCondition {
+				if r.Status != sense.StatusCheckCondition {
 					t.Fatalf("%s: status %#x", where, r.Status)
 				}
-				si, _ := ParseSense(r.Sense)
+				si, _ := sense.Parse(r.Sense)
 				if si.Key != k || si.ASC != a || si.ASCQ != q {
 					t.Fatalf("%s: sense %x/%02x/%02x", where, si.Key, si.ASC, si.ASCQ)
 				}
 			case "conflict":
-				if r.Status != StatusReservationConflict {
+				if r.Status != sense.StatusReservationConflict {
 					t.Fatalf("%s: status %#x", where, r.Status)
 				}
 			default:

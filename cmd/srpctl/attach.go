@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -81,10 +82,10 @@ func errno(err error) syscall.Errno {
 		return 0
 	}
 	fmt.Fprintln(os.Stderr, "srpctl attach:", err)
-	if initiator.IsSense(err, initiator.SenseDataProtect, 0x27, 0) {
+	if initiator.IsSense(err, sense.KeyDataProtect, 0x27, 0) {
 		return syscall.EROFS
 	}
-	if initiator.IsSense(err, initiator.SenseIllegalRequest, 0x21, 0) {
+	if initiator.IsSense(err, sense.KeyIllegalRequest, 0x21, 0) {
 		return syscall.ENOSPC
 	}
 	return syscall.EIO

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/spf13/cobra"
 )
@@ -317,7 +318,7 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 					// The LUN is gone (removed, or never there): every
 					// further command would fail the same way.
 					if errors.Is(err, initiator.ErrDevLoss) || errors.Is(err, initiator.ErrClosed) ||
-						initiator.IsSense(err, initiator.SenseIllegalRequest, 0x25, 0) {
+						initiator.IsSense(err, sense.KeyIllegalRequest, 0x25, 0) {
 						mu.Lock()
 						if fatal == nil {
 							fatal = err

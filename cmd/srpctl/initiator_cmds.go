@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/spf13/cobra"
 )
@@ -229,14 +230,14 @@ func newSCSICmd() *cobra.Command {
 					return err
 				}
 				w := cmd.OutOrStdout()
-				if binOut && res.Status == initiator.StatusGood {
+				if binOut && res.Status == sense.StatusGood {
 					_, err := w.Write(in[:res.DataInLen])
 					return err
 				}
-				fmt.Fprintf(w, "SCSI Status: %s\n", initiator.StatusName(res.Status))
+				fmt.Fprintf(w, "SCSI Status: %s\n", sense.StatusName(res.Status))
 				if len(res.Sense) > 0 {
 					if e := initiator.DecodeSense(res.Status, res.Sense); e != nil {
-						fmt.Fprintf(w, "Sense: %s (key %#x), ASC/ASCQ %02xh/%02xh %s\n", initiator.SenseKeyName(e.Key), e.Key, e.ASC, e.ASCQ, initiator.ASCName(e.ASC, e.ASCQ))
+						fmt.Fprintf(w, "Sense: %s\n", e.Data)
 					}
 					fmt.Fprintf(w, "Sense data (%d bytes):\n%s", len(res.Sense), hex.Dump(res.Sense))
 				}

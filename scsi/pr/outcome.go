@@ -1,6 +1,10 @@
 package pr
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gosrp/gosrp/scsi/sense"
+)
 
 // Reason says how a command ends. The zero value, OK, is GOOD status. Each
 // other value names one SCSI outcome; [Reason.Status] and [Reason.Sense] give
@@ -38,29 +42,15 @@ const (
 	InternalTargetFailure
 )
 
-// SCSI status bytes (SAM-5 §5.3.1, table 25).
-const (
-	StatusGood                = 0x00
-	StatusCheckCondition      = 0x02
-	StatusReservationConflict = 0x18
-)
-
-// Sense keys used by the reasons (SPC-4 §4.5.6, table 27).
-const (
-	SenseKeyHardwareError  = 0x4
-	SenseKeyIllegalRequest = 0x5
-	SenseKeyUnitAttention  = 0x6
-)
-
 // Status returns the SCSI status byte for r.
 func (r Reason) Status() uint8 {
 	switch r {
 	case OK:
-		return StatusGood
+		return sense.StatusGood
 	case ReservationConflict:
-		return StatusReservationConflict
+		return sense.StatusReservationConflict
 	default:
-		return StatusCheckCondition
+		return sense.StatusCheckCondition
 	}
 }
 
@@ -70,17 +60,17 @@ func (r Reason) Status() uint8 {
 func (r Reason) Sense() (key, asc, ascq uint8, ok bool) {
 	switch r {
 	case InvalidFieldInCDB:
-		return SenseKeyIllegalRequest, 0x24, 0x00, true
+		return sense.KeyIllegalRequest, 0x24, 0x00, true
 	case InvalidFieldInParamList:
-		return SenseKeyIllegalRequest, 0x26, 0x00, true
+		return sense.KeyIllegalRequest, 0x26, 0x00, true
 	case ParamListLengthError:
-		return SenseKeyIllegalRequest, 0x1A, 0x00, true
+		return sense.KeyIllegalRequest, 0x1A, 0x00, true
 	case InvalidReleaseOfPersistentReservation:
-		return SenseKeyIllegalRequest, 0x26, 0x04, true
+		return sense.KeyIllegalRequest, 0x26, 0x04, true
 	case InsufficientRegistrationResources:
-		return SenseKeyIllegalRequest, 0x55, 0x04, true
+		return sense.KeyIllegalRequest, 0x55, 0x04, true
 	case InternalTargetFailure:
-		return SenseKeyHardwareError, 0x44, 0x00, true
+		return sense.KeyHardwareError, 0x44, 0x00, true
 	}
 	return 0, 0, 0, false
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp"
 )
 
@@ -391,7 +392,7 @@ func (ch *channel) receive(b []byte) {
 		ch.mu.Lock()
 		ch.addCredits(int32(q.ReqLimDelta))
 		ch.mu.Unlock()
-		if e := DecodeSense(StatusCheckCondition, q.Sense); e != nil {
+		if e := DecodeSense(sense.StatusCheckCondition, q.Sense); e != nil {
 			ch.log.Warn("srp: asynchronous event", "lun", q.LUN, "sense", e.Error())
 		} else {
 			ch.log.Warn("srp: asynchronous event", "lun", q.LUN)

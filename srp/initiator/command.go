@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp"
 )
 
@@ -76,7 +77,7 @@ type Result struct {
 // CONDITION with sense data, *StatusError otherwise. GOOD and CONDITION MET
 // give nil.
 func (r *Result) Err() error {
-	if r.Status == StatusGood || r.Status == StatusConditionMet {
+	if r.Status == sense.StatusGood || r.Status == sense.StatusConditionMet {
 		return nil
 	}
 	if e := DecodeSense(r.Status, r.Sense); e != nil {

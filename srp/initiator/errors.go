@@ -3,6 +3,8 @@ package initiator
 import (
 	"errors"
 	"fmt"
+
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 var (
@@ -83,7 +85,7 @@ type StatusError struct {
 }
 
 func (e *StatusError) Error() string {
-	return "scsi status " + StatusName(e.Status)
+	return "scsi status " + sense.StatusName(e.Status)
 }
 
 // TMFError is a task management function that did not complete: Response

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/rdma/loopback"
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp"
 )
 
@@ -325,7 +326,7 @@ func (fc *fakeConn) command(c *srp.Cmd) *srp.Rsp {
 	ft.mu.Unlock()
 	if ua {
 		// POWER ON, RESET, OR BUS DEVICE RESET OCCURRED; the command did not run.
-		rsp.Status, rsp.Flags, rsp.Sense = StatusCheckCondition, srp.SnsValid, checkCondition(SenseUnitAttention, 0x29, 0x00)
+		rsp.Status, rsp.Flags, rsp.Sense = sense.StatusCheckCondition, srp.SnsValid, checkCondition(sense.KeyUnitAttention, 0x29, 0x00)
 		return rsp
 	}
 	switch cdb[0] {
@@ -359,7 +360,7 @@ func (fc *fakeConn) command(c *srp.Cmd) *srp.Rsp {
 		lba := binary.BigEndian.Uint64(cdb[2:])
 		n := uint64(binary.BigEndian.Uint32(cdb[10:]))
 		if lba+n > fakeBlocks {
-			rsp.Status, rsp.Flags, rsp.Sense = StatusCheckCondition, srp.SnsValid, checkCondition(5, 0x21, 0)
+			rsp.Status, rsp.Flags, rsp.Sense = sense.StatusCheckCondition, srp.SnsValid, checkCondition(5, 0x21, 0)
 			break
 		}
 		ft.mu.Lock()
@@ -370,7 +371,7 @@ func (fc *fakeConn) command(c *srp.Cmd) *srp.Rsp {
 		}
 		ft.mu.Unlock()
 	default:
-		rsp.Status, rsp.Flags, rsp.Sense = StatusCheckCondition, srp.SnsValid, checkCondition(5, 0x20, 0)
+		rsp.Status, rsp.Flags, rsp.Sense = sense.StatusCheckCondition, srp.SnsValid, checkCondition(5, 0x20, 0)
 	}
 	if len(dataIn) > int(inLen) {
 		dataIn = dataIn[:inLen]

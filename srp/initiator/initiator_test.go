@@ -15,6 +15,7 @@ import (
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/rdma/loopback"
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp"
 )
 
@@ -262,12 +263,12 @@ func TestSCSIHelpers(t *testing.T) {
 	}
 	// An unsupported opcode: CHECK CONDITION, ILLEGAL REQUEST, 20h/00h.
 	_, err = s.run(ctx, &Command{CDB: []byte{0xc7, 0, 0, 0, 0, 0}})
-	if !IsSense(err, SenseIllegalRequest, 0x20, 0) || !strings.Contains(err.Error(), "INVALID COMMAND OPERATION CODE") {
+	if !IsSense(err, sense.KeyIllegalRequest, 0x20, 0) || !strings.Contains(err.Error(), "INVALID COMMAND OPERATION CODE") {
 		t.Errorf("unsupported opcode: %v", err)
 	}
 	// Out of range: 21h/00h.
 	err = s.Read16(ctx, 0, fakeBlocks, make([]byte, 512), 512, false)
-	if !IsSense(err, SenseIllegalRequest, 0x21, 0) {
+	if !IsSense(err, sense.KeyIllegalRequest, 0x21, 0) {
 		t.Errorf("read past the end: %v", err)
 	}
 }
@@ -460,14 +461,14 @@ func TestFastIOFailAndDevLoss(t *testing.T) {
 func TestDecodeSense(t *testing.T) {
 	// Fixed format, VALID with INFORMATION 0x1234, MEDIUM ERROR 11h/00h.
 	f := []byte{0xf0, 0, 0x03, 0, 0, 0x12, 0x34, 10, 0, 0, 0, 0, 0x11, 0x00, 0, 0, 0, 0}
-	e := DecodeSense(StatusCheckCondition, f)
+	e := DecodeSense(sense.StatusCheckCondition, f)
 	if e == nil || e.Key != 3 || e.ASC != 0x11 || !e.InfoValid || e.Info != 0x1234 {
 		t.Errorf("fixed: %+v", e)
 	}
 	// Descriptor format, MISCOMPARE 1Dh/00h, information descriptor 0x20.
 	d := []byte{0x72, 0x0e, 0x1d, 0x00, 0, 0, 0, 12, 0x00, 0x0a, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0x20}
-	e = DecodeSense(StatusCheckCondition, d)
-	if e == nil || e.Key != SenseMiscompare || e.ASC != 0x1d || !e.InfoValid || e.Info != 0x20 {
+	e = DecodeSense(sense.StatusCheckCondition, d)
+	if e == nil || e.Key != sense.KeyMiscompare || e.ASC != 0x1d || !e.InfoValid || e.Info != 0x20 {
 		t.Errorf("descriptor: %+v", e)
 	}
 	if !strings.Contains(e.Error(), "MISCOMPARE") {
@@ -823,8 +824,8 @@ func TestASCName(t *testing.T) {
 		{0x27, 0x07, "SPACE ALLOCATION FAILED WRITE PROTECT"},
 		{0x7f, 0x7f, ""},
 	} {
-		if got := ASCName(c.asc, c.ascq); got != c.want {
-			t.Errorf("ASCName(%02xh/%02xh) = %q, want %q", c.asc, c.ascq, got, c.want)
+		if got := sense.ASCName(c.asc, c.ascq); got != c.want {
+			t.Errorf("sense.ASCName(%02xh/%02xh) = %q, want %q", c.asc, c.ascq, got, c.want)
 		}
 	}
 }
@@ -840,21 +841,21 @@ func TestRunReissuesUnitAttention(t *testing.T) {
 	ft.mu.Unlock()
 	buf := make([]byte, 512)
 	res, err := s.Run(ctx, &Command{CDB: rw16(opRead16, 0, 1, false), DataIn: [][]byte{buf}})
-	if err != nil || res.Status != StatusGood || res.DataInLen != 512 {
+	if err != nil || res.Status != sense.StatusGood || res.DataInLen != 512 {
 		t.Fatalf("Run after 3 unit attentions: %v, status %#x, %d bytes", err, res.Status, res.DataInLen)
 	}
 	ft.mu.Lock()
 	ft.unitAttentions = 4
 	ft.mu.Unlock()
 	var se *SenseError
-	if _, err := s.Run(ctx, &Command{CDB: rw16(opRead16, 0, 1, false), DataIn: [][]byte{buf}}); !errors.As(err, &se) || se.Key != SenseUnitAttention || se.ASC != 0x29 {
+	if _, err := s.Run(ctx, &Command{CDB: rw16(opRead16, 0, 1, false), DataIn: [][]byte{buf}}); !errors.As(err, &se) || se.Key != sense.KeyUnitAttention || se.ASC != 0x29 {
 		t.Errorf("Run after 4 unit attentions: %v, want UNIT ATTENTION 29h/00h", err)
 	}
 	ft.mu.Lock()
 	ft.unitAttentions = 1
 	ft.mu.Unlock()
 	res, err = s.Execute(ctx, &Command{CDB: rw16(opRead16, 0, 1, false), DataIn: [][]byte{buf}})
-	if err != nil || res.Status != StatusCheckCondition {
+	if err != nil || res.Status != sense.StatusCheckCondition {
 		t.Errorf("Execute with a unit attention pending: %v, status %#x, want CHECK CONDITION", err, res.Status)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // SCSI operation codes used by the helpers (SPC-4 §6, SBC-3 §5).
@@ -49,7 +51,7 @@ func (s *Session) run(ctx context.Context, cmd *Command) (Result, error) {
 		}
 		err = res.Err()
 		var se *SenseError
-		if i < uaRetries && errors.As(err, &se) && se.Key == SenseUnitAttention && !se.Deferred {
+		if i < uaRetries && errors.As(err, &se) && se.Key == sense.KeyUnitAttention && !se.Deferred {
 			s.log.Debug("srp: unit attention, re-issuing", "lun", cmd.LUN, "sense", se.Error())
 			continue
 		}

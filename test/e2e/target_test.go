@@ -22,6 +22,7 @@ import (
 	"github.com/gosrp/gosrp/rdma/iwarp"
 	"github.com/gosrp/gosrp/rdma/loopback"
 	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/gosrp/gosrp/srp/target"
 )
@@ -265,7 +266,7 @@ func TestSCSICommands(t *testing.T) {
 			}
 			// Past the end: ILLEGAL REQUEST, LBA OUT OF RANGE 21h/00h.
 			err = s.Read16(ctx, 0, e.blocks, make([]byte, 512), 512, false)
-			if !initiator.IsSense(err, initiator.SenseIllegalRequest, 0x21, 0) {
+			if !initiator.IsSense(err, sense.KeyIllegalRequest, 0x21, 0) {
 				t.Errorf("read past the end: %v", err)
 			}
 			if err := s.SynchronizeCache(ctx, 0); err != nil {
@@ -287,7 +288,7 @@ func TestSCSICommands(t *testing.T) {
 			}
 			err = s.CompareAndWrite(ctx, 0, 2000, 1, blk, nb)
 			var se *initiator.SenseError
-			if !errors.As(err, &se) || se.Key != initiator.SenseMiscompare || se.ASC != 0x1d {
+			if !errors.As(err, &se) || se.Key != sense.KeyMiscompare || se.ASC != 0x1d {
 				t.Errorf("COMPARE AND WRITE (mismatch): %v", err)
 			}
 			// UNMAP, then the blocks read as zeros (thin provisioning, LBPRZ).
@@ -322,7 +323,7 @@ func TestTaskManagement(t *testing.T) {
 			// (SAM-5 §6.3.3; LIO: BUS DEVICE RESET FUNCTION OCCURRED).
 			tur := &initiator.Command{CDB: make([]byte, 6)}
 			res, err := s.Execute(ctx, tur)
-			if err != nil || !initiator.IsSense(res.Err(), initiator.SenseUnitAttention, 0x29, 0x03) {
+			if err != nil || !initiator.IsSense(res.Err(), sense.KeyUnitAttention, 0x29, 0x03) {
 				t.Errorf("TEST UNIT READY after reset: %v %v", err, res.Err())
 			}
 			if res, err := s.Execute(ctx, tur); err != nil || res.Err() != nil {
