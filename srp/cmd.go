@@ -30,13 +30,33 @@ func (f DescFormat) String() string {
 	return fmt.Sprintf("DescFormat(%d)", uint8(f))
 }
 
-// Task attributes in SRP_CMD task_attr (T10 SRP r16a).
+// TaskAttr is the SRP_CMD task_attr field (T10 SRP r16a; SAM-5 §8.6 task
+// attributes in bits 2..0).
+type TaskAttr uint8
+
+// Task attributes.
 const (
-	TaskAttrSimple      uint8 = 0 // SIMPLE
-	TaskAttrHeadOfQueue uint8 = 1 // HEAD OF QUEUE
-	TaskAttrOrdered     uint8 = 2 // ORDERED
-	TaskAttrACA         uint8 = 4 // ACA
+	TaskAttrSimple      TaskAttr = 0 // SIMPLE
+	TaskAttrHeadOfQueue TaskAttr = 1 // HEAD OF QUEUE
+	TaskAttrOrdered     TaskAttr = 2 // ORDERED
+	TaskAttrACA         TaskAttr = 4 // ACA
 )
+
+// String returns the SAM-5 name (SIMPLE, HEAD OF QUEUE, ORDERED, ACA) or
+// the number.
+func (a TaskAttr) String() string {
+	switch a {
+	case TaskAttrSimple:
+		return "SIMPLE"
+	case TaskAttrHeadOfQueue:
+		return "HEAD OF QUEUE"
+	case TaskAttrOrdered:
+		return "ORDERED"
+	case TaskAttrACA:
+		return "ACA"
+	}
+	return fmt.Sprintf("TaskAttr(%d)", uint8(a))
+}
 
 // DirectBuf is a memory descriptor (struct srp_direct_buf, 16 bytes): a
 // region of initiator memory the target reaches by RDMA.
@@ -44,6 +64,14 @@ type DirectBuf struct {
 	VA  uint64 // va: virtual address (or offset) of the region
 	Key uint32 // key: the remote key (R_Key / STag) of the region
 	Len uint32 // len: length in bytes
+}
+
+// AppendTo appends the 16-byte descriptor (as the indirect descriptor
+// table in initiator memory holds it).
+func (d DirectBuf) AppendTo(b []byte) []byte {
+	b, p := grow(b, DirectBufSize)
+	d.put(p)
+	return b
 }
 
 func (d DirectBuf) put(p []byte) {
@@ -140,10 +168,10 @@ func (d *DataBuf) wireLen() int {
 // add_data: the additional CDB bytes, then the DATA-OUT descriptor, then the
 // DATA-IN descriptor; SRP-2 immediate data at ImmDataOffset).
 type Cmd struct {
-	SolNot   uint8  // sol_not
-	Tag      uint64 // tag
-	LUN      uint64 // lun, 8-byte SAM LUN as big-endian
-	TaskAttr uint8  // task_attr (TaskAttrSimple, ...)
+	SolNot   uint8    // sol_not
+	Tag      uint64   // tag
+	LUN      uint64   // lun, 8-byte SAM LUN as big-endian
+	TaskAttr TaskAttr // task_attr
 	// CDB is the command descriptor block: cdb[16] followed by the
 	// additional CDB bytes (add_cdb_len & ~3), 16 to 268 bytes. The encoder
 	// pads a shorter CDB with zeros to 16 bytes and a longer one to a
@@ -193,7 +221,10 @@ func (c *Cmd) Size() int {
 }
 
 func checkEncodeBuf(d *DataBuf, dir string) error {
-	cnt := "data_" + dir + "_desc_cnt"
+	cnt := "data_out_desc_cnt" // constant strings: encoding allocates nothing
+	if dir == "in" {
+		cnt = "data_in_desc_cnt"
+	}
 	switch d.Format {
 	case DescNone:
 		if d.Count != 0 {
@@ -278,7 +309,7 @@ func (c *Cmd) AppendTo(b []byte) ([]byte, error) {
 	}
 	be.PutUint64(p[8:], c.Tag)
 	be.PutUint64(p[20:], c.LUN)
-	p[29] = c.TaskAttr
+	p[29] = byte(c.TaskAttr)
 	add := c.cdbWire() - 16
 	p[31] = byte(add)
 	copy(p[32:], c.CDB)
@@ -339,7 +370,7 @@ func (c *Cmd) UnmarshalImm(b []byte, immDataOffset int) error {
 	c.SolNot = b[1]
 	c.Tag = be.Uint64(b[8:])
 	c.LUN = be.Uint64(b[20:])
-	c.TaskAttr = b[29]
+	c.TaskAttr = TaskAttr(b[29])
 	c.CDB = b[32 : CmdSize+add : CmdSize+add]
 	c.ImmData = nil
 	c.ImmDataOffset = 0

@@ -32,6 +32,24 @@ func (t TMF) String() string {
 	return fmt.Sprintf("SRP_TSK(%#02x)", uint8(t))
 }
 
+// Name returns the SAM-5 name of the function (ABORT TASK, LOGICAL UNIT
+// RESET, ...) or "TMF 0xNN".
+func (t TMF) Name() string {
+	switch t {
+	case TMFAbortTask:
+		return "ABORT TASK"
+	case TMFAbortTaskSet:
+		return "ABORT TASK SET"
+	case TMFClearTaskSet:
+		return "CLEAR TASK SET"
+	case TMFLUNReset:
+		return "LOGICAL UNIT RESET"
+	case TMFClearACA:
+		return "CLEAR ACA"
+	}
+	return fmt.Sprintf("TMF %#02x", uint8(t))
+}
+
 // TMF response codes carried in byte 3 of the 4-byte response data of the
 // SRP_RSP answering an SRP_TSK_MGMT (T10 SRP r16a SRP_RSP response codes;
 // Linux ib_srpt srpt_build_tskmgmt_rsp).
@@ -40,7 +58,28 @@ const (
 	TMFRspInvalidIU    uint8 = 0x02 // request fields invalid
 	TMFRspNotSupported uint8 = 0x04 // TASK MANAGEMENT FUNCTION NOT SUPPORTED
 	TMFRspFailed       uint8 = 0x05 // TASK MANAGEMENT FUNCTION FAILED
+	// TMFRspIncorrectLUN is INCORRECT LOGICAL UNIT NUMBER (SAM-5 §7.1),
+	// which a target passes through for a LUN it does not have.
+	TMFRspIncorrectLUN uint8 = 0x09
 )
+
+// TMFRspName names a task management response code, e.g. "function
+// complete", or "response 0xNN".
+func TMFRspName(code uint8) string {
+	switch code {
+	case TMFRspComplete:
+		return "function complete"
+	case TMFRspInvalidIU:
+		return "request fields invalid"
+	case TMFRspNotSupported:
+		return "function not supported"
+	case TMFRspFailed:
+		return "function failed"
+	case TMFRspIncorrectLUN:
+		return "incorrect logical unit number"
+	}
+	return fmt.Sprintf("response %#02x", code)
+}
 
 // TaskMgmt is SRP_TSK_MGMT (T10 SRP r16a; struct srp_tsk_mgmt, 48
 // bytes).

@@ -58,7 +58,7 @@ func randDataBuf(r *rand.Rand, in bool) DataBuf {
 }
 
 func randCmd(r *rand.Rand, immOff int) *Cmd {
-	c := &Cmd{SolNot: uint8(r.Uint32()), Tag: r.Uint64(), LUN: r.Uint64(), TaskAttr: uint8(r.IntN(8)),
+	c := &Cmd{SolNot: uint8(r.Uint32()), Tag: r.Uint64(), LUN: r.Uint64(), TaskAttr: TaskAttr(r.IntN(8)),
 		CDB: randBytes(r, 16+4*r.IntN(64))}
 	c.DataOut = randDataBuf(r, false)
 	c.DataIn = randDataBuf(r, true)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp"
 	"github.com/spf13/cobra"
 )
@@ -388,24 +389,16 @@ func descCnt(d *srp.DataBuf) uint8 {
 	return d.Count
 }
 
-func taskAttr(a uint8) string {
+func taskAttr(a srp.TaskAttr) string {
 	switch a {
-	case srp.TaskAttrSimple:
-		return "0 (SIMPLE)"
-	case srp.TaskAttrHeadOfQueue:
-		return "1 (HEAD OF QUEUE)"
-	case srp.TaskAttrOrdered:
-		return "2 (ORDERED)"
-	case srp.TaskAttrACA:
-		return "4 (ACA)"
+	case srp.TaskAttrSimple, srp.TaskAttrHeadOfQueue, srp.TaskAttrOrdered, srp.TaskAttrACA:
+		return fmt.Sprintf("%d (%v)", uint8(a), a)
 	}
-	return fmt.Sprint(a)
+	return fmt.Sprint(uint8(a))
 }
 
 func scsiStatus(s uint8) string {
-	names := map[uint8]string{0x00: "GOOD", 0x02: "CHECK CONDITION", 0x04: "CONDITION MET", 0x08: "BUSY",
-		0x18: "RESERVATION CONFLICT", 0x28: "TASK SET FULL", 0x30: "ACA ACTIVE", 0x40: "TASK ABORTED"}
-	if n, ok := names[s]; ok {
+	if n := sense.StatusName(s); !strings.HasPrefix(n, "status ") {
 		return fmt.Sprintf("%#02x (%s)", s, n)
 	}
 	return fmt.Sprintf("%#02x", s)

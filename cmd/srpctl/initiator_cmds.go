@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gosrp/gosrp/scsi/sense"
+	"github.com/gosrp/gosrp/srp"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/spf13/cobra"
 )
@@ -264,35 +265,35 @@ func newTMFCmd() *cobra.Command {
 		Short: "send a task management function: abort (ABORT TASK of --tag), lun-reset, abort-task-set, clear-task-set or clear-aca",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var fn uint8
+			var fn srp.TMF
 			switch args[1] {
 			case "abort", "abort-task":
-				fn = initiator.TMFAbortTask
+				fn = srp.TMFAbortTask
 			case "lun-reset", "reset":
-				fn = initiator.TMFLUNReset
+				fn = srp.TMFLUNReset
 			case "abort-task-set":
-				fn = initiator.TMFAbortTaskSet
+				fn = srp.TMFAbortTaskSet
 			case "clear-task-set":
-				fn = initiator.TMFClearTaskSet
+				fn = srp.TMFClearTaskSet
 			case "clear-aca":
-				fn = initiator.TMFClearACA
+				fn = srp.TMFClearACA
 			default:
 				return fmt.Errorf("unknown task management function %q (abort, lun-reset, abort-task-set, clear-task-set, clear-aca)", args[1])
 			}
-			if fn == initiator.TMFAbortTask && !cmd.Flags().Changed("tag") {
+			if fn == srp.TMFAbortTask && !cmd.Flags().Changed("tag") {
 				return errors.New("abort: give the task tag of the command to abort with --tag")
 			}
 			return tf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
 				err := s.TaskManagement(ctx, fn, s.lun, tag)
 				var te *initiator.TMFError
 				if errors.As(err, &te) {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s (%#02x)\n", initiator.TMFName(fn), tf.lun, initiator.TMFResponseName(te.Response), te.Response)
+					fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s (%#02x)\n", fn.Name(), tf.lun, srp.TMFRspName(te.Response), te.Response)
 					return err
 				}
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s\n", initiator.TMFName(fn), tf.lun, initiator.TMFResponseName(0))
+				fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s\n", fn.Name(), tf.lun, srp.TMFRspName(srp.TMFRspComplete))
 				return nil
 			})
 		},

@@ -115,6 +115,25 @@ func TestNames(t *testing.T) {
 	}
 }
 
+// TestASCName checks names against SPC-4 annex D table D.1.
+func TestASCName(t *testing.T) {
+	for _, c := range []struct {
+		asc, ascq uint8
+		want      string
+	}{
+		{0x0e, 0x03, "INVALID FIELD IN COMMAND INFORMATION UNIT"},
+		{0x21, 0x00, "LOGICAL BLOCK ADDRESS OUT OF RANGE"},
+		{0x44, 0x00, "INTERNAL TARGET FAILURE"},
+		{0x2f, 0x00, "COMMANDS CLEARED BY ANOTHER INITIATOR"},
+		{0x27, 0x07, "SPACE ALLOCATION FAILED WRITE PROTECT"},
+		{0x7f, 0x7f, ""},
+	} {
+		if got := ASCName(c.asc, c.ascq); got != c.want {
+			t.Errorf("ASCName(%02xh/%02xh) = %q, want %q", c.asc, c.ascq, got, c.want)
+		}
+	}
+}
+
 // FuzzParse: the decoder never panics, and whatever the encoder writes
 // decodes back to the same Data.
 func FuzzParse(f *testing.F) {

@@ -2,7 +2,6 @@ package initiator
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,15 +51,21 @@ type request struct {
 	ch    *channel
 	idx   int
 	kind  int
-	iu    []byte // the send buffer, in ch.sendMR
+	iu    []byte // the send buffer, in ch.sendMR (capacity: one IU)
 	iuOff int    // offset of iu in ch.sendMR
 	sge   [1]rdma.SGE
+	wr    [1]rdma.SendWR
 	table []byte // this slot's indirect descriptor table, in ch.tableMR
-	tOff  int
-	timer *time.Timer
-	done  chan struct{} // one token per response
-	refs  atomic.Int32
-	mrs   []rdma.MemoryRegion
+	// cmd is the SRP_CMD being encoded; its descriptor lists keep their
+	// capacity from one command to the next.
+	cmd srp.Cmd
+	// immBuf gathers a multi-segment data-out for immediate data.
+	immBuf []byte
+	tOff   int
+	timer  *time.Timer
+	done   chan struct{} // one token per response
+	refs   atomic.Int32
+	mrs    []rdma.MemoryRegion
 
 	// Guarded by ch.mu.
 	gen    uint32
@@ -174,7 +179,7 @@ func parseLoginRej(b []byte, ch int) error {
 	if r.Unmarshal(b) != nil {
 		return nil
 	}
-	return &LoginRejectError{Reason: uint32(r.Reason), BufFmt: uint16(r.BufFmt), Channel: ch}
+	return &LoginRejectError{Reason: r.Reason, BufFmt: uint16(r.BufFmt), Channel: ch}
 }
 
 // dialChannel logs in one channel: the connect request carries the login,
@@ -247,14 +252,14 @@ func (ch *channel) setup() error {
 		r := &ch.reqs[i]
 		r.ch, r.idx = ch, i
 		r.iuOff = i * ch.maxIT
-		r.iu = ch.sendMR.Bytes()[r.iuOff : r.iuOff+ch.maxIT]
+		r.iu = ch.sendMR.Bytes()[r.iuOff : r.iuOff+ch.maxIT : r.iuOff+ch.maxIT]
 		r.sge[0] = rdma.SGE{MR: ch.sendMR, Offset: r.iuOff}
 		r.done = make(chan struct{}, 1)
 		switch {
 		case i < nCmd:
 			r.kind = slotCmd
 			r.tOff = i * tbl
-			r.table = ch.tableMR.Bytes()[r.tOff : r.tOff+tbl]
+			r.table = ch.tableMR.Bytes()[r.tOff : r.tOff+tbl : r.tOff+tbl]
 			ch.free <- r
 		case i < nCmd+tmfSlots:
 			r.kind = slotTMF
@@ -438,9 +443,12 @@ func (ch *channel) receiveRsp(b []byte) {
 		// Keep the fixed part: the command still completes, without the
 		// truncated response or sense data.
 		ch.log.Warn("srp: truncated SRP_RSP", "err", err)
-		*q = srp.Rsp{ReqLimDelta: binary.BigEndian.Uint32(b[4:]), Tag: binary.BigEndian.Uint64(b[8:]),
-			Flags: srp.RspFlags(b[18]), Status: b[19], DataOutResCnt: binary.BigEndian.Uint32(b[20:]),
-			DataInResCnt: binary.BigEndian.Uint32(b[24:])}
+		var fixed [rspHdrLen]byte
+		copy(fixed[:], b)
+		clear(fixed[28:]) // sense_data_len, resp_data_len
+		if err := q.Unmarshal(fixed[:]); err != nil {
+			return
+		}
 	}
 	tag := q.Tag
 	ch.mu.Lock()
@@ -544,10 +552,12 @@ func (r *request) put() {
 	}
 }
 
-// post sends the first n bytes of r.iu.
+// post sends the first n bytes of r.iu. The work request lives in the slot
+// so that posting allocates nothing.
 func (r *request) post(n int) error {
 	r.sge[0].Length = n
-	return r.ch.conn.PostSend(rdma.SendWR{ID: wrSend | uint64(r.idx), Op: rdma.OpSend, Local: r.sge[:], Signaled: true})
+	r.wr[0] = rdma.SendWR{ID: wrSend | uint64(r.idx), Op: rdma.OpSend, Local: r.sge[:], Signaled: true}
+	return r.ch.conn.PostSend(r.wr[:]...)
 }
 
 func (r *request) unmap() {

@@ -2,7 +2,6 @@ package initiator
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -10,23 +9,6 @@ import (
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp"
-)
-
-// Task attributes (SAM-5 §8.6; SRP_CMD task_attr).
-const (
-	TaskSimple      uint8 = 0
-	TaskHeadOfQueue uint8 = 1
-	TaskOrdered     uint8 = 2
-	TaskACA         uint8 = 4
-)
-
-// Task management functions (T10 SRP r16a table 19).
-const (
-	TMFAbortTask    uint8 = 0x01
-	TMFAbortTaskSet uint8 = 0x02
-	TMFClearTaskSet uint8 = 0x04
-	TMFLUNReset     uint8 = 0x08
-	TMFClearACA     uint8 = 0x40
 )
 
 // Command is one SCSI command to send. DataOut and DataIn are scatter/gather
@@ -38,8 +20,9 @@ type Command struct {
 	// LUN is the 8-byte SAM LUN field as a big-endian integer (see LUN).
 	LUN uint64
 	// CDB is 6 to 32 bytes.
-	CDB  []byte
-	Attr uint8
+	CDB []byte
+	// Attr is the task attribute (SIMPLE when zero).
+	Attr srp.TaskAttr
 	// DataOut is the data-out buffer (written to the target).
 	DataOut [][]byte
 	// DataIn receives data-in (read from the target).
@@ -203,7 +186,7 @@ func (ch *channel) fill(r *request, res *Result, inLen int) {
 // target can no longer touch the command's memory.
 func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen int) error {
 	ch.log.Debug("srp: aborting command", "tag", r.tag, "lun", lun, "err", why)
-	code, err := ch.tmf(context.Background(), TMFAbortTask, lun, r.tag)
+	code, err := ch.tmf(context.Background(), srp.TMFAbortTask, lun, r.tag)
 	if err == nil && code != 0 {
 		// Not found: the response is on its way or already here.
 		t := time.NewTimer(ch.s.opts.TMFTimeout)
@@ -215,7 +198,7 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 			r.put()
 			return nil
 		case <-t.C:
-			err = fmt.Errorf("ABORT TASK failed (%s) and no response arrived", TMFResponseName(code))
+			err = fmt.Errorf("ABORT TASK failed (%s) and no response arrived", srp.TMFRspName(code))
 		case <-ch.dead:
 			err = ErrChannelDown
 		}
@@ -243,11 +226,11 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 	return fmt.Errorf("%w: %w", ErrAborted, why)
 }
 
-// build encodes the SRP_CMD for cmd into r.iu and maps its data (ib_srp
-// srp_queuecommand + srp_map_data). It returns the IU length and the data-in
-// length in bytes.
+// build encodes the SRP_CMD for cmd into r.iu with the srp codec and maps
+// its data (ib_srp srp_queuecommand + srp_map_data). It returns the IU
+// length and the data-in length in bytes. r.cmd and r.descs are the slot's
+// scratch, so building allocates nothing beyond what mapping registers.
 func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
-	iu := r.iu
 	if len(cmd.CDB) == 0 || len(cmd.CDB) > 32 {
 		return 0, 0, fmt.Errorf("srp initiator: CDB length %d not in 1..32", len(cmd.CDB))
 	}
@@ -268,65 +251,61 @@ func (ch *channel) build(r *request, cmd *Command) (int, int, error) {
 	if max(outLen, inLen) > ch.s.opts.MaxSect*512 {
 		return 0, 0, fmt.Errorf("%w: %d bytes > %d", ErrTransferTooLarge, max(outLen, inLen), ch.s.opts.MaxSect*512)
 	}
-	// SRP_CMD (T10 SRP r16a §6.8, table 16).
-	clear(iu[:48])
-	iu[0] = byte(srp.OpCmd)
-	binary.BigEndian.PutUint64(iu[8:], r.tag)
-	binary.BigEndian.PutUint64(iu[20:], cmd.LUN)
-	iu[29] = cmd.Attr & 7
-	addCDB := 0
-	if len(cmd.CDB) > 16 {
-		addCDB = (len(cmd.CDB) - 16 + 3) &^ 3
-		clear(iu[48 : 48+addCDB])
-		iu[31] = byte(addCDB)
-	}
-	copy(iu[32:], cmd.CDB)
-	n := 48 + addCDB
+	c := &r.cmd
+	*c = srp.Cmd{Tag: r.tag, LUN: cmd.LUN, TaskAttr: cmd.Attr & 7, CDB: cmd.CDB,
+		DataOut: srp.DataBuf{Desc: c.DataOut.Desc[:0]}, DataIn: srp.DataBuf{Desc: c.DataIn.Desc[:0]}}
 	switch {
+	case outLen > 0 && ch.useImm && len(cmd.CDB) <= 16 && ImmDataOffset+outLen <= ch.maxIT:
+		// Immediate data (SRP-2; ib_srp SRP_DATA_DESC_IMM): imm_buf, then
+		// the data at imm_data_offset 68.
+		c.DataOut.Format, c.ImmDataOffset = srp.DescImm, ImmDataOffset
+		c.ImmData = r.gather(cmd, outLen)
 	case outLen > 0:
-		if ch.useImm && addCDB == 0 && ImmDataOffset+outLen <= ch.maxIT {
-			// Immediate data (SRP-2; ib_srp SRP_DATA_DESC_IMM): imm_buf then the
-			// data at imm_data_offset 68.
-			iu[5] = byte(srp.DescImm) << 4
-			binary.BigEndian.PutUint32(iu[48:], uint32(outLen))
-			clear(iu[52:ImmDataOffset])
-			off := ImmDataOffset
-			if b := cmd.Buffer; b != nil {
-				off += copy(iu[off:], b.Bytes()[cmd.Offset:cmd.Offset+cmd.Length])
-			}
-			for _, s := range cmd.DataOut {
-				off += copy(iu[off:], s)
-			}
-			return off, 0, nil
-		}
-		if cmd.Buffer != nil {
-			if err := ch.fits(n + 16); err != nil {
-				return 0, 0, err
-			}
-			iu[5] = byte(srp.DescDirect) << 4
-			return putBufferDesc(iu, n, cmd), 0, nil
-		}
-		f, cnt, m, err := ch.mapData(r, n, cmd.DataOut, rdma.AccessRemoteRead)
-		if err != nil {
+		if err := ch.describe(r, &c.DataOut, cmd, cmd.DataOut, rdma.AccessRemoteRead); err != nil {
 			return 0, 0, err
 		}
-		iu[5], iu[6] = f<<4, cnt
-		n = m
-	case inLen > 0 && cmd.Buffer != nil:
-		if err := ch.fits(n + 16); err != nil {
-			return 0, 0, err
-		}
-		iu[5] = byte(srp.DescDirect)
-		n = putBufferDesc(iu, n, cmd)
 	case inLen > 0:
-		f, cnt, m, err := ch.mapData(r, n, cmd.DataIn, rdma.AccessLocalWrite|rdma.AccessRemoteWrite)
-		if err != nil {
+		if err := ch.describe(r, &c.DataIn, cmd, cmd.DataIn, rdma.AccessLocalWrite|rdma.AccessRemoteWrite); err != nil {
 			return 0, 0, err
 		}
-		iu[5], iu[7] = f, cnt
-		n = m
 	}
-	return n, inLen, nil
+	if err := ch.fits(c.Size()); err != nil {
+		r.unmap()
+		return 0, 0, err
+	}
+	b, err := c.AppendTo(r.iu[:0])
+	if err != nil {
+		r.unmap()
+		return 0, 0, fmt.Errorf("srp initiator: %w", err)
+	}
+	return len(b), inLen, nil
+}
+
+// gather returns the data-out bytes of cmd as one slice: the Buffer range,
+// the only segment, or the segments copied into the slot's gather buffer.
+func (r *request) gather(cmd *Command, n int) []byte {
+	if b := cmd.Buffer; b != nil {
+		return b.Bytes()[cmd.Offset : cmd.Offset+cmd.Length]
+	}
+	var one []byte
+	segs := 0
+	for _, s := range cmd.DataOut {
+		if len(s) > 0 {
+			one = s
+			segs++
+		}
+	}
+	if segs <= 1 {
+		return one
+	}
+	if cap(r.immBuf) < n {
+		r.immBuf = make([]byte, 0, r.ch.maxIT)
+	}
+	g := r.immBuf[:0]
+	for _, s := range cmd.DataOut {
+		g = append(g, s...)
+	}
+	return g
 }
 
 // fits reports ErrIUTooLong when an SRP_CMD of n bytes exceeds the
@@ -339,22 +318,23 @@ func (ch *channel) fits(n int) error {
 	return nil
 }
 
-// putBufferDesc writes the direct descriptor of a command's registered
-// Buffer range at iu[n:] and returns the new IU length.
-func putBufferDesc(iu []byte, n int, cmd *Command) int {
-	mr := cmd.Buffer.mr
-	binary.BigEndian.PutUint64(iu[n:], mr.Addr()+uint64(cmd.Offset))
-	binary.BigEndian.PutUint32(iu[n+8:], mr.RKey())
-	binary.BigEndian.PutUint32(iu[n+12:], uint32(cmd.Length))
-	return n + 16
+// addCDBLen is the SRP_CMD additional CDB length for cdb: the bytes past
+// 16 rounded up to a multiple of 4 (T10 SRP r16a add_cdb_len).
+func addCDBLen(cdb []byte) int {
+	return (max(len(cdb), 16) - 16 + 3) &^ 3
 }
 
-// mapData registers the segments of sg and writes their descriptor at
-// iu[n:]: one segment → direct descriptor (count 0, as ib_srp leaves it);
-// several → indirect descriptor with every descriptor inline and the same
-// table in registered memory (ib_srp srp_map_data). It returns the format,
-// the descriptor count for the SRP_CMD and the new IU length.
-func (ch *channel) mapData(r *request, n int, sg [][]byte, acc rdma.Access) (byte, byte, int, error) {
+// describe fills one direction's data buffer descriptor: the command's
+// registered Buffer range as a direct descriptor, or the segments of sg
+// registered now: one segment → direct descriptor (count 0, as ib_srp
+// leaves it); several → indirect descriptor with every descriptor inline
+// and the same table in registered memory (ib_srp srp_map_data).
+func (ch *channel) describe(r *request, d *srp.DataBuf, cmd *Command, sg [][]byte, acc rdma.Access) error {
+	if b := cmd.Buffer; b != nil {
+		d.Format = srp.DescDirect
+		d.Desc = append(d.Desc, srp.DirectBuf{VA: b.mr.Addr() + uint64(cmd.Offset), Key: b.mr.RKey(), Len: uint32(cmd.Length)})
+		return nil
+	}
 	nseg := 0
 	for _, s := range sg {
 		if len(s) > 0 {
@@ -362,56 +342,48 @@ func (ch *channel) mapData(r *request, n int, sg [][]byte, acc rdma.Access) (byt
 		}
 	}
 	if nseg > ch.s.opts.CmdSGEntries {
-		return 0, 0, 0, fmt.Errorf("%w: %d segments, cmd_sg_entries %d", ErrTooManySegments, nseg, ch.s.opts.CmdSGEntries)
+		return fmt.Errorf("%w: %d segments, cmd_sg_entries %d", ErrTooManySegments, nseg, ch.s.opts.CmdSGEntries)
 	}
-	// A direct descriptor takes 16 bytes, an indirect one 20 plus 16 per
-	// segment.
-	need := n + 16
+	// Refuse before registering: a direct descriptor takes 16 bytes, an
+	// indirect one 20 plus 16 per segment.
+	need := srp.CmdSize + addCDBLen(cmd.CDB) + 16
 	if nseg > 1 {
-		need = n + 20 + 16*nseg
+		need += 4 + 16*nseg
 	}
 	if err := ch.fits(need); err != nil {
-		return 0, 0, 0, err
+		return err
 	}
-	dev := ch.s.dev
-	iu := r.iu
 	for _, s := range sg {
 		if len(s) == 0 {
 			continue
 		}
-		mr, err := dev.Register(s, acc)
+		mr, err := ch.s.dev.Register(s, acc)
 		if err != nil {
 			r.unmap()
-			return 0, 0, 0, fmt.Errorf("srp initiator: register data buffer: %w", err)
+			return fmt.Errorf("srp initiator: register data buffer: %w", err)
 		}
 		r.mrs = append(r.mrs, mr)
-	}
-	putDesc := func(b []byte, mr rdma.MemoryRegion) {
-		binary.BigEndian.PutUint64(b, mr.Addr())
-		binary.BigEndian.PutUint32(b[8:], mr.RKey())
-		binary.BigEndian.PutUint32(b[12:], uint32(len(mr.Bytes())))
+		d.Desc = append(d.Desc, srp.DirectBuf{VA: mr.Addr(), Key: mr.RKey(), Len: uint32(len(mr.Bytes()))})
 	}
 	if nseg == 1 {
-		putDesc(iu[n:], r.mrs[0])
-		return byte(srp.DescDirect), 0, n + 16, nil
+		d.Format = srp.DescDirect
+		return nil
 	}
-	// srp_indirect_buf: table_desc, len, desc_list[].
-	binary.BigEndian.PutUint64(iu[n:], ch.tableMR.Addr()+uint64(r.tOff))
-	binary.BigEndian.PutUint32(iu[n+8:], ch.tableMR.RKey())
-	binary.BigEndian.PutUint32(iu[n+12:], uint32(16*nseg))
-	total := 0
-	for i, mr := range r.mrs {
-		putDesc(iu[n+20+16*i:], mr)
-		putDesc(r.table[16*i:], mr)
-		total += len(mr.Bytes())
+	// srp_indirect_buf: table_desc, len, desc_list[]; the table also in
+	// registered memory.
+	d.Format = srp.DescIndirect
+	d.Table = srp.DirectBuf{VA: ch.tableMR.Addr() + uint64(r.tOff), Key: ch.tableMR.RKey(), Len: uint32(16 * nseg)}
+	tbl := r.table[:0]
+	for _, x := range d.Desc {
+		d.Len += x.Len
+		tbl = x.AppendTo(tbl)
 	}
-	binary.BigEndian.PutUint32(iu[n+16:], uint32(total))
-	return byte(srp.DescIndirect), byte(nseg), n + 20 + 16*nseg, nil
+	return nil
 }
 
 // tmf sends an SRP_TSK_MGMT (T10 SRP r16a §6.7, table 18) and waits for its
 // SRP_RSP; it returns the response code. A timeout takes the channel down.
-func (ch *channel) tmf(ctx context.Context, fn uint8, lun, taskTag uint64) (uint8, error) {
+func (ch *channel) tmf(ctx context.Context, fn srp.TMF, lun, taskTag uint64) (uint8, error) {
 	var r *request
 	select {
 	case r = <-ch.tmfFree:
@@ -425,7 +397,7 @@ func (ch *channel) tmf(ctx context.Context, fn uint8, lun, taskTag uint64) (uint
 		return 0, err
 	}
 	r.activate(2)
-	tm := srp.TaskMgmt{Tag: r.tag, LUN: lun, Func: srp.TMF(fn), TaskTag: taskTag}
+	tm := srp.TaskMgmt{Tag: r.tag, LUN: lun, Func: fn, TaskTag: taskTag}
 	b, _ := tm.AppendTo(r.iu[:0])
 	if err := r.post(len(b)); err != nil {
 		r.deactivate()
@@ -443,12 +415,12 @@ func (ch *channel) tmf(ctx context.Context, fn uint8, lun, taskTag uint64) (uint
 	case <-r.done:
 		r.timer.Stop()
 	case <-r.timer.C:
-		ch.fail(fmt.Errorf("%w: %s timed out", ErrChannelDown, TMFName(fn)))
+		ch.fail(fmt.Errorf("%w: %s timed out", ErrChannelDown, fn.Name()))
 		r.put()
-		return 0, fmt.Errorf("srp: %s timed out after %v", TMFName(fn), ch.s.opts.TMFTimeout)
+		return 0, fmt.Errorf("srp: %s timed out after %v", fn.Name(), ch.s.opts.TMFTimeout)
 	case <-ctx.Done():
 		r.timer.Stop()
-		ch.fail(fmt.Errorf("%w: %s cancelled", ErrChannelDown, TMFName(fn)))
+		ch.fail(fmt.Errorf("%w: %s cancelled", ErrChannelDown, fn.Name()))
 		r.put()
 		return 0, ctx.Err()
 	case <-ch.dead:

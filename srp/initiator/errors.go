@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gosrp/gosrp/scsi/sense"
+	"github.com/gosrp/gosrp/srp"
 )
 
 var (
@@ -40,42 +41,32 @@ var (
 )
 
 // LoginRejectError is an SRP_LOGIN_REJ from the target (T10 SRP r16a §6.4,
-// table 10). Reason is the 32-bit reason code; Hint says what to change.
+// table 10); Error says what to change.
 type LoginRejectError struct {
-	Reason uint32
+	Reason srp.RejectReason
 	// BufFmt is the target's supported buffer formats (SRP_LOGIN_REJ byte 24).
 	BufFmt uint16
 	// Channel is the index of the channel whose login was rejected.
 	Channel int
 }
 
-// LOGIN_REJ reason codes (T10 SRP r16a table 10; Linux include/scsi/srp.h).
-const (
-	RejUnableEstablish    uint32 = 0x00010000
-	RejInsufficientRes    uint32 = 0x00010001
-	RejIUTooLarge         uint32 = 0x00010002
-	RejUnableAssociate    uint32 = 0x00010003
-	RejUnsupportedDescFmt uint32 = 0x00010004
-	RejMultiChanUnsupp    uint32 = 0x00010005
-	RejChannelLimit       uint32 = 0x00010006
-)
-
-var rejectText = map[uint32][2]string{
-	RejUnableEstablish:    {"unable to establish RDMA channel", "check the target is configured and enabled"},
-	RejInsufficientRes:    {"insufficient RDMA channel resources", "lower queue_size or ch_count, or check the target port is enabled"},
-	RejIUTooLarge:         {"requested maximum initiator to target IU length too large", "lower max_it_iu_size (or cmd_sg_entries) to what the target accepts"},
-	RejUnableAssociate:    {"unable to associate RDMA channel with I_T nexus", "check id_ext and ioc_guid match the target port"},
-	RejUnsupportedDescFmt: {"requested descriptor formats not supported", "the target does not support direct/indirect buffer descriptors"},
-	RejMultiChanUnsupp:    {"multiple RDMA channels not supported", "use ch_count=1"},
-	RejChannelLimit:       {"RDMA channel limit reached for this initiator", "the target has no ACL for this initiator port or too many channels: add an ACL or lower ch_count"},
+// rejectText is the meaning of each LOGIN_REJ reason and the hint for it.
+var rejectText = map[srp.RejectReason][2]string{
+	srp.RejUnableEstablishChannel:  {"unable to establish RDMA channel", "check the target is configured and enabled"},
+	srp.RejInsufficientResources:   {"insufficient RDMA channel resources", "lower queue_size or ch_count, or check the target port is enabled"},
+	srp.RejReqITIULenTooLarge:      {"requested maximum initiator to target IU length too large", "lower max_it_iu_size (or cmd_sg_entries) to what the target accepts"},
+	srp.RejUnableAssociateChannel:  {"unable to associate RDMA channel with I_T nexus", "check id_ext and ioc_guid match the target port"},
+	srp.RejUnsupportedDescFmt:      {"requested descriptor formats not supported", "the target does not support direct/indirect buffer descriptors"},
+	srp.RejMultiChannelUnsupported: {"multiple RDMA channels not supported", "use ch_count=1"},
+	srp.RejChannelLimitReached:     {"RDMA channel limit reached for this initiator", "the target has no ACL for this initiator port or too many channels: add an ACL or lower ch_count"},
 }
 
 func (e *LoginRejectError) Error() string {
 	t, ok := rejectText[e.Reason]
 	if !ok {
-		return fmt.Sprintf("srp login rejected on channel %d: reason %#x", e.Channel, e.Reason)
+		return fmt.Sprintf("srp login rejected on channel %d: reason %#x", e.Channel, uint32(e.Reason))
 	}
-	return fmt.Sprintf("srp login rejected on channel %d: %s (reason %#x); %s", e.Channel, t[0], e.Reason, t[1])
+	return fmt.Sprintf("srp login rejected on channel %d: %s (reason %#x); %s", e.Channel, t[0], uint32(e.Reason), t[1])
 }
 
 // StatusError is a SCSI command that ended with a status other than GOOD
@@ -91,42 +82,10 @@ func (e *StatusError) Error() string {
 // TMFError is a task management function that did not complete: Response
 // is the SRP response code (T10 SRP r16a table 24).
 type TMFError struct {
-	Function uint8
+	Function srp.TMF
 	Response uint8
 }
 
 func (e *TMFError) Error() string {
-	return fmt.Sprintf("task management %s: %s", TMFName(e.Function), TMFResponseName(e.Response))
-}
-
-// TMFName names a task management function code.
-func TMFName(fn uint8) string {
-	switch fn {
-	case TMFAbortTask:
-		return "ABORT TASK"
-	case TMFAbortTaskSet:
-		return "ABORT TASK SET"
-	case TMFClearTaskSet:
-		return "CLEAR TASK SET"
-	case TMFLUNReset:
-		return "LOGICAL UNIT RESET"
-	case TMFClearACA:
-		return "CLEAR ACA"
-	}
-	return fmt.Sprintf("TMF %#02x", fn)
-}
-
-// TMFResponseName names an SRP task management response code.
-func TMFResponseName(r uint8) string {
-	switch r {
-	case 0:
-		return "function complete"
-	case 4:
-		return "function not supported"
-	case 5:
-		return "function failed"
-	case 9:
-		return "incorrect logical unit number"
-	}
-	return fmt.Sprintf("response %#02x", r)
+	return fmt.Sprintf("task management %s: %s", e.Function.Name(), srp.TMFRspName(e.Response))
 }

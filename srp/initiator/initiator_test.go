@@ -481,16 +481,6 @@ func TestDecodeSense(t *testing.T) {
 	}
 }
 
-func FuzzDecodeSense(f *testing.F) {
-	f.Add([]byte{0x70, 0, 5, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x24, 0})
-	f.Add([]byte{0x72, 5, 0x24, 0, 0, 0, 0, 12, 0, 10, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 1})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if e := DecodeSense(2, b); e != nil {
-			_ = e.Error()
-		}
-	})
-}
-
 func TestLUNEncoding(t *testing.T) {
 	if LUN(1) != 0x0001000000000000 || LUN(300) != 0x412c000000000000 || LUNNumber(LUN(300)) != 300 {
 		t.Errorf("LUN(1)=%#x LUN(300)=%#x", LUN(1), LUN(300))
@@ -807,25 +797,6 @@ func TestSmallITIU(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		if err := s.TestUnitReady(ctx, 0); err != nil {
 			t.Fatal(err)
-		}
-	}
-}
-
-// TestASCName checks names against SPC-4 annex D table D.1.
-func TestASCName(t *testing.T) {
-	for _, c := range []struct {
-		asc, ascq uint8
-		want      string
-	}{
-		{0x0e, 0x03, "INVALID FIELD IN COMMAND INFORMATION UNIT"},
-		{0x21, 0x00, "LOGICAL BLOCK ADDRESS OUT OF RANGE"},
-		{0x44, 0x00, "INTERNAL TARGET FAILURE"},
-		{0x2f, 0x00, "COMMANDS CLEARED BY ANOTHER INITIATOR"},
-		{0x27, 0x07, "SPACE ALLOCATION FAILED WRITE PROTECT"},
-		{0x7f, 0x7f, ""},
-	} {
-		if got := sense.ASCName(c.asc, c.ascq); got != c.want {
-			t.Errorf("sense.ASCName(%02xh/%02xh) = %q, want %q", c.asc, c.ascq, got, c.want)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gosrp/gosrp/scsi/sense"
+	"github.com/gosrp/gosrp/srp"
 )
 
 // SCSI operation codes used by the helpers (SPC-4 §6, SBC-3 §5).
@@ -318,13 +319,13 @@ func (s *Session) PersistentReserveOut(ctx context.Context, lun uint64, p PROut)
 
 // AbortTask aborts the task with tag on lun (ABORT TASK).
 func (s *Session) AbortTask(ctx context.Context, lun, tag uint64) error {
-	return s.TaskManagement(ctx, TMFAbortTask, lun, tag)
+	return s.TaskManagement(ctx, srp.TMFAbortTask, lun, tag)
 }
 
 // LUNReset resets a logical unit (LOGICAL UNIT RESET, ib_srp
 // srp_reset_device). Commands outstanding on lun end with ErrAborted.
 func (s *Session) LUNReset(ctx context.Context, lun uint64) error {
-	return s.TaskManagement(ctx, TMFLUNReset, lun, 0)
+	return s.TaskManagement(ctx, srp.TMFLUNReset, lun, 0)
 }
 
 // IsSense reports whether err is a *SenseError with the given key, ASC and

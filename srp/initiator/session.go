@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/srp"
 )
 
 // MaxRetries is how many times Execute re-issues a command whose channel
@@ -320,7 +321,7 @@ func (s *Session) Execute(ctx context.Context, cmd *Command) (Result, error) {
 // response code). ABORT TASK goes to the channel its taskTag names (tag bits
 // 48..55), the others to any channel (ib_srp sends a LUN reset on one
 // channel too). The wait is bounded by Options.TMFTimeout.
-func (s *Session) TaskManagement(ctx context.Context, fn uint8, lun, taskTag uint64) error {
+func (s *Session) TaskManagement(ctx context.Context, fn srp.TMF, lun, taskTag uint64) error {
 	ch, err := s.pick(ctx)
 	if err != nil {
 		return err
@@ -328,7 +329,7 @@ func (s *Session) TaskManagement(ctx context.Context, fn uint8, lun, taskTag uin
 	s.mu.Lock()
 	chans := s.chans
 	s.mu.Unlock()
-	if fn == TMFAbortTask {
+	if fn == srp.TMFAbortTask {
 		if i := int(taskTag >> 48); i < len(chans) {
 			ch = chans[i]
 		}
@@ -340,7 +341,7 @@ func (s *Session) TaskManagement(ctx context.Context, fn uint8, lun, taskTag uin
 	if code != 0 {
 		return &TMFError{Function: fn, Response: code}
 	}
-	if fn == TMFLUNReset {
+	if fn == srp.TMFLUNReset {
 		// One reset covers the logical unit; the commands outstanding on it
 		// on every channel were aborted without a response.
 		for _, c := range chans {

@@ -178,7 +178,7 @@ func (tg *tgt) wellBehavedRetry(t *testing.T, drain bool) {
 			ChCount: 1, ReconnectDelay: -1, CommandTimeout: 20 * time.Second, Logger: testLogger(t),
 		})
 		var le *initiator.LoginRejectError
-		if drain && errors.As(err, &le) && le.Reason == uint32(srp.RejInsufficientResources) && time.Now().Before(deadline) {
+		if drain && errors.As(err, &le) && le.Reason == srp.RejInsufficientResources && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 			continue
 		}
