@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // sharedMedium is one medium behind several gateways' logical units, with a
@@ -33,7 +34,6 @@ func (m *sharedMedium) CompareAndWrite(cmp, write []byte, off int64) error {
 	return err
 }
 
-
 // TestCompareAndWriteSharedMedium increments a counter in block 0 through
 // two logical units (two gateways) on one medium: every increment survives
 // only because COMPARE AND WRITE goes to the medium's atomic operation.
@@ -56,7 +56,7 @@ func TestCompareAndWriteSharedMedium(t *testing.T) {
 				for {
 					tag++
 					cur := make([]byte, 512)
-					if r := f.s.Execute(ctx, &Command{Tag: tag, CDB: cdb16(0x88, 0, 0, 1), DataIn: cur}); r.Status != StatusGood {
+					if r := f.s.Execute(ctx, &Command{Tag: tag, CDB: cdb16(0x88, 0, 0, 1), DataIn: cur}); r.Status != sense.StatusGood {
 						errs <- "read failed"
 						return
 					}
@@ -67,10 +67,10 @@ func TestCompareAndWriteSharedMedium(t *testing.T) {
 					caw[0], caw[13] = 0x89, 1
 					tag++
 					r := f.s.Execute(ctx, &Command{Tag: tag, CDB: caw, DataOut: append(cur, nw...)})
-					if r.Status == StatusGood {
+					if r.Status == sense.StatusGood {
 						break
 					}
-					if s, _ := ParseSense(r.Sense); s.Key != SenseMiscompare || s.Info > 3 {
+					if s, _ := sense.Parse(r.Sense); s.Key != sense.KeyMiscompare || s.Info > 3 {
 						errs <- "unexpected sense"
 						return
 					}
@@ -95,7 +95,7 @@ func TestCompareAndWriteSharedMedium(t *testing.T) {
 	bad[200] ^= 1
 	caw := make([]byte, 16)
 	caw[0], caw[13] = 0x89, 1
-	s := wantSense(t, fs[0].run(fs[0].s, 0, caw, append(bad, cur...), 0), SenseMiscompare, 0x1D, 0x00)
+	s := wantSense(t, fs[0].run(fs[0].s, 0, caw, append(bad, cur...), 0), sense.KeyMiscompare, 0x1D, 0x00)
 	if !s.InfoValid || s.Info != 200 {
 		t.Fatalf("INFORMATION %v %d, want 200", s.InfoValid, s.Info)
 	}

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // TestMediumErrorInformation: a backstore EIO part way through a READ or a
@@ -20,12 +21,12 @@ func TestMediumErrorInformation(t *testing.T) {
 		for _, start := range []uint64{badLBA, badLBA - 5, badLBA - 1} {
 			n := uint32(badLBA - start + 8)
 			r := f.run(f.s, 0, cdb16(0x88, 0, start, n), nil, int(n*bsz))
-			s := wantSense(t, r, SenseMediumError, 0x11, 0x00)
+			s := wantSense(t, r, sense.KeyMediumError, 0x11, 0x00)
 			if !s.InfoValid || s.Info != badLBA {
 				t.Fatalf("block size %d: READ(16) of %d blocks at LBA %d: INFORMATION valid=%v %d, want LBA %d", bsz, n, start, s.InfoValid, s.Info, badLBA)
 			}
 			r = f.run(f.s, 0, cdb16(0x8A, 0, start, n), make([]byte, n*bsz), 0)
-			s = wantSense(t, r, SenseMediumError, 0x0C, 0x00)
+			s = wantSense(t, r, sense.KeyMediumError, 0x0C, 0x00)
 			if !s.InfoValid || s.Info != badLBA {
 				t.Fatalf("block size %d: WRITE(16) of %d blocks at LBA %d: INFORMATION valid=%v %d, want LBA %d", bsz, n, start, s.InfoValid, s.Info, badLBA)
 			}

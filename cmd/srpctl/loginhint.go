@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/srp"
 	"github.com/gosrp/gosrp/srp/initiator"
 )
 
@@ -23,7 +24,7 @@ func explainLoginReject(ctx context.Context, dev rdma.Device, o initiator.Option
 		return err
 	}
 	switch rej.Reason {
-	case initiator.RejIUTooLarge:
+	case srp.RejReqITIULenTooLarge:
 		n, perr := probeMaxITIU(ctx, dev, o, timeout)
 		if n > 0 {
 			err = fmt.Errorf("%w\nthe target accepts initiator-to-target IUs of up to %d bytes (this login asked for %d): add max_it_iu_size=%d to the target string", err, n, o.ReqITIULen(), n)
@@ -33,7 +34,7 @@ func explainLoginReject(ctx context.Context, dev rdma.Device, o initiator.Option
 			err = fmt.Errorf("%w\nwith a smaller IU: %w", err, explainLoginReject(ctx, dev, o, timeout, perr))
 		}
 		return err
-	case initiator.RejChannelLimit:
+	case srp.RejChannelLimitReached:
 		ipi, _ := o.PortIDs()
 		return fmt.Errorf("%w\nthis initiator's port ID is 0x%x; if the target has no ACL for it, admit it on the target's host with:\n  srpctl target acl add 0x%x", err, ipi, ipi)
 	}
@@ -62,7 +63,7 @@ func probeMaxITIU(ctx context.Context, dev rdma.Device, o initiator.Options, tim
 		case err == nil:
 			s.Close()
 			lo, l = m, m+1
-		case errors.As(err, &rej) && rej.Reason == initiator.RejIUTooLarge:
+		case errors.As(err, &rej) && rej.Reason == srp.RejReqITIULenTooLarge:
 			if lo == 0 {
 				return 0, nil
 			}

@@ -74,8 +74,8 @@ type lunState struct {
 	// stopWatch ends the capacity watch of an RBD LUN (watchCapacity); nil
 	// for other backstores.
 	stopWatch func()
-	lu     *scsi.LogicalUnit
-	stats  *lunStats
+	lu        *scsi.LogicalUnit
+	stats     *lunStats
 }
 
 func newDaemon(cfg *Config, org origin, dataDir string, ident *identity, out io.Writer, log *slog.Logger) *daemon {

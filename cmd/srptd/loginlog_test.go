@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gosrp/gosrp/rdma/iwarp"
+	"github.com/gosrp/gosrp/srp"
 	"github.com/gosrp/gosrp/srp/initiator"
 )
 
@@ -24,7 +25,7 @@ func TestIULengthRejectLogged(t *testing.T) {
 	defer dev.Close()
 	_, err = initiator.Dial(testCtx(t), dev, opts)
 	var rej *initiator.LoginRejectError
-	if !errors.As(err, &rej) || rej.Reason != initiator.RejIUTooLarge {
+	if !errors.As(err, &rej) || rej.Reason != srp.RejReqITIULenTooLarge {
 		t.Fatalf("login: %v, want LOGIN_REJ 0x10002", err)
 	}
 	if log := dr.errOut.String(); !strings.Contains(log, "req_it_iu_len=8260 max_it_iu_len=4000") {

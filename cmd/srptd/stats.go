@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // latencyBounds are the upper bounds, in seconds, of the command latency
@@ -63,8 +64,8 @@ func isUnitAttention(res *scsi.Result) bool {
 	if res.Status != scsi.StatusCheckCondition {
 		return false
 	}
-	si, ok := scsi.ParseSense(res.Sense)
-	return ok && si.Key == scsi.SenseUnitAttention
+	si, err := sense.Parse(res.Sense)
+	return err == nil && si.Key == sense.KeyUnitAttention
 }
 
 // lunCounters is a snapshot of lunStats, as the admin API returns it.
