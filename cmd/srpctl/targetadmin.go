@@ -18,7 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gosrp/gosrp/srp/target"
+	"github.com/gosrp/gosrp/internal/adminapi"
 	"github.com/spf13/cobra"
 )
 
@@ -94,9 +94,7 @@ func (a *adminClient) call(ctx context.Context, method, path string, body, out a
 		return nil, err
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error string `json:"error"`
-		}
+		var e adminapi.Error
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(b))
 		}
@@ -179,7 +177,7 @@ func newTargetLoginInfoCmd(a *adminClient) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var lines []string
-			raw, err := a.call(cmd.Context(), "GET", "/login-info", nil, &lines)
+			raw, err := a.call(cmd.Context(), "GET", adminapi.PathLoginInfo, nil, &lines)
 			if err != nil {
 				return err
 			}
@@ -194,20 +192,14 @@ func newTargetLoginInfoCmd(a *adminClient) *cobra.Command {
 	}
 }
 
-// sessionRow is one channel as GET /sessions reports it.
-type sessionRow struct {
-	Port string `json:"port"`
-	target.SessionInfo
-}
-
 func newTargetSessionsCmd(a *adminClient) *cobra.Command {
 	return &cobra.Command{
 		Use:   "sessions",
 		Short: "list the channels logged in, with their credits and counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var rows []sessionRow
-			raw, err := a.call(cmd.Context(), "GET", "/sessions", nil, &rows)
+			var rows []adminapi.Session
+			raw, err := a.call(cmd.Context(), "GET", adminapi.PathSessions, nil, &rows)
 			if err != nil {
 				return err
 			}
@@ -228,31 +220,10 @@ func newTargetLogoutCmd(a *adminClient) *cobra.Command {
 		Short: "log out (SRP_T_LOGOUT) every channel of an initiator port ID (32 hex digits), or one channel by number",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := a.call(cmd.Context(), "DELETE", "/sessions/"+url.PathEscape(args[0]), nil, nil)
+			_, err := a.call(cmd.Context(), "DELETE", adminapi.PathSessions+"/"+url.PathEscape(args[0]), nil, nil)
 			return err
 		},
 	}
-}
-
-// lunRow is one logical unit as GET /luns reports it.
-type lunRow struct {
-	LUN       uint64 `json:"lun"`
-	Name      string `json:"name"`
-	Backstore string `json:"backstore"`
-	Path      string `json:"path"`
-	Size      int64  `json:"size"`
-	BlockSize uint32 `json:"block_size"`
-	ReadOnly  bool   `json:"read_only"`
-	Serial    string `json:"serial"`
-	Counters  struct {
-		Commands     uint64  `json:"commands"`
-		ReadBytes    uint64  `json:"read_bytes"`
-		WriteBytes   uint64  `json:"write_bytes"`
-		Errors       uint64  `json:"errors"`
-		Aborted      uint64  `json:"aborted"`
-		InFlight     int64   `json:"in_flight"`
-		AvgLatencyUs float64 `json:"avg_latency_us"`
-	} `json:"counters"`
 }
 
 func newTargetLUNsCmd(a *adminClient) *cobra.Command {
@@ -261,8 +232,8 @@ func newTargetLUNsCmd(a *adminClient) *cobra.Command {
 		Short: "list the logical units, their backstores and counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var rows []lunRow
-			raw, err := a.call(cmd.Context(), "GET", "/luns", nil, &rows)
+			var rows []adminapi.LUN
+			raw, err := a.call(cmd.Context(), "GET", adminapi.PathLUNs, nil, &rows)
 			if err != nil {
 				return err
 			}
@@ -287,16 +258,8 @@ func newTargetBackstoresCmd(a *adminClient) *cobra.Command {
 		Short: "list the backstores (one per LUN): type, path, size, space allocated",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var rows []struct {
-				LUN       uint64 `json:"lun"`
-				Name      string `json:"name"`
-				Type      string `json:"type"`
-				Path      string `json:"path"`
-				Size      int64  `json:"size"`
-				Allocated *int64 `json:"allocated"`
-				ReadOnly  bool   `json:"read_only"`
-			}
-			raw, err := a.call(cmd.Context(), "GET", "/backstores", nil, &rows)
+			var rows []adminapi.Backstore
+			raw, err := a.call(cmd.Context(), "GET", adminapi.PathBackstores, nil, &rows)
 			if err != nil {
 				return err
 			}
@@ -357,28 +320,17 @@ the change across restarts.`,
 			if backstore == "" {
 				backstore = "file"
 			}
-			body := map[string]any{"lun": lun, "backstore": backstore}
 			if cephConf != "" && !filepath.IsAbs(cephConf) {
 				if abs, err := filepath.Abs(cephConf); err == nil {
 					cephConf = abs
 				}
 			}
-			for k, v := range map[string]string{"path": p, "size": size, "name": name, "serial": serial, "wwn": wwn,
-				"pool": pool, "image": image, "ceph_conf": cephConf} {
-				if v != "" {
-					body[k] = v
-				}
+			n := uint64(lun)
+			body := adminapi.NewLUN{
+				LUN: &n, Backstore: backstore, Path: p, Size: adminapi.Size(size), Name: name, Serial: serial, WWN: wwn,
+				Pool: pool, Image: image, CephConf: cephConf, BlockSize: blockSize, ReadOnly: readOnly, WriteCache: writeCache,
 			}
-			if blockSize != 0 {
-				body["block_size"] = blockSize
-			}
-			if readOnly {
-				body["read_only"] = true
-			}
-			if writeCache {
-				body["write_cache"] = true
-			}
-			_, err := a.call(cmd.Context(), "POST", "/luns", body, nil)
+			_, err := a.call(cmd.Context(), "POST", adminapi.PathLUNs, body, nil)
 			return err
 		},
 	}
@@ -426,12 +378,8 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 		Short: "list the ACLs",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var rows []struct {
-				Initiator string            `json:"initiator"`
-				LUNs      map[string]uint64 `json:"luns"`
-				ReadOnly  []uint64          `json:"read_only"`
-			}
-			raw, err := a.call(cmd.Context(), "GET", "/acls", nil, &rows)
+			var rows []adminapi.ACL
+			raw, err := a.call(cmd.Context(), "GET", adminapi.PathACLs, nil, &rows)
 			if err != nil {
 				return err
 			}
@@ -471,10 +419,7 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 		Short: "admit an initiator: a port GUID xxxx:xxxx:xxxx:xxxx, an initiator port ID in hex, or an IP address",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := target.ParseInitiator(args[0]); err != nil {
-				return err
-			}
-			body := map[string]any{"initiator": args[0]}
+			body := adminapi.ACL{Initiator: args[0]}
 			if maps != "" {
 				m := map[string]uint64{}
 				for _, kv := range strings.Split(maps, ",") {
@@ -489,7 +434,7 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 					}
 					m[strconv.FormatUint(in, 10)] = tg
 				}
-				body["luns"] = m
+				body.LUNs = m
 			}
 			if readOnly != "" {
 				var ro []uint64
@@ -500,9 +445,9 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 					}
 					ro = append(ro, n)
 				}
-				body["read_only"] = ro
+				body.ReadOnly = ro
 			}
-			_, err := a.call(cmd.Context(), "POST", "/acls", body, nil)
+			_, err := a.call(cmd.Context(), "POST", adminapi.PathACLs, body, nil)
 			return err
 		},
 	}
@@ -513,7 +458,7 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 		Short: "remove an initiator's ACL (its channels get SRP_T_LOGOUT unless another ACL admits them alike)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := a.call(cmd.Context(), "DELETE", "/acls/"+url.PathEscape(args[0]), nil, nil)
+			_, err := a.call(cmd.Context(), "DELETE", adminapi.PathACLs+"/"+url.PathEscape(args[0]), nil, nil)
 			return err
 		},
 	}
@@ -527,10 +472,8 @@ func newTargetSaveCmd(a *adminClient) *cobra.Command {
 		Short: "write the running configuration to srptd's configuration file (atomically)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var r struct {
-				Path string `json:"path"`
-			}
-			if _, err := a.call(cmd.Context(), "POST", "/save", nil, &r); err != nil {
+			var r adminapi.Saved
+			if _, err := a.call(cmd.Context(), "POST", adminapi.PathSave, nil, &r); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "saved", r.Path)

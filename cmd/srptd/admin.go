@@ -17,71 +17,27 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gosrp/gosrp/internal/adminapi"
 	"github.com/gosrp/gosrp/scsi"
-	"github.com/gosrp/gosrp/srp/target"
 )
 
-// adminServer is the admin API: HTTP/1.1 with JSON bodies over a unix
-// socket (mode 0600; only root and the daemon's own user may connect,
-// checked with SO_PEERCRED). docs/srptd.md lists the endpoints:
-//
-//	GET    /login-info          add_target strings, one per listener
-//	GET    /sessions            channels with their counters
-//	DELETE /sessions/{name}     SRP_T_LOGOUT an initiator port ID or channel
-//	GET    /luns                logical units, backstores and counters
-//	GET    /backstores          backstores: type, path, size, space allocated
-//	POST   /luns                attach a LUN (a [[lun]] section as JSON)
-//	DELETE /luns/{lun}          detach a LUN and close its backstore
-//	GET    /acls                the [[acl]] sections
-//	POST   /acls                add an ACL (an [[acl]] section as JSON)
-//	DELETE /acls/{initiator}    remove an ACL
-//	POST   /save                write the running configuration
-//
-// Errors are a status code with {"error": "..."}.
+// adminServer is the admin API: HTTP/1.1 with JSON bodies (package
+// adminapi) over a unix socket (mode 0600; only root and the daemon's own
+// user may connect, checked with SO_PEERCRED). docs/srptd.md lists the
+// endpoints.
 type adminServer struct {
 	srv  *http.Server
 	path string
 }
 
-type sessionJSON struct {
-	Port string `json:"port"`
-	target.SessionInfo
-}
-
-// lunJSON is one logical unit as GET /luns reports it.
-type lunJSON struct {
-	LUN       uint64      `json:"lun"`
-	Name      string      `json:"name,omitempty"`
-	Backstore string      `json:"backstore"`
-	Path      string      `json:"path,omitempty"` // resolved
-	Size      int64       `json:"size"`           // bytes
-	BlockSize uint32      `json:"block_size"`     // bytes
-	ReadOnly  bool        `json:"read_only,omitempty"`
-	Serial    string      `json:"serial"`
-	Counters  lunCounters `json:"counters"`
-}
-
-// backstoreJSON is one backstore as GET /backstores reports it.
-type backstoreJSON struct {
-	LUN  uint64 `json:"lun"` // the LUN it backs
-	Name string `json:"name,omitempty"`
-	Type string `json:"type"`           // ram, file or block
-	Path string `json:"path,omitempty"` // resolved
-	Size int64  `json:"size"`           // bytes
-	// Allocated is the storage in use, bytes: RAM pages written, or the
-	// blocks a (sparse) file occupies; absent for block devices.
-	Allocated *int64 `json:"allocated,omitempty"`
-	ReadOnly  bool   `json:"read_only,omitempty"`
-}
-
 // Backstores reports the backstores in LUN order.
-func (d *daemon) Backstores() []backstoreJSON {
+func (d *daemon) Backstores() []adminapi.Backstore {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := []backstoreJSON{}
+	out := []adminapi.Backstore{}
 	for _, n := range slices.Sorted(maps.Keys(d.luns)) {
 		st := d.luns[n]
-		b := backstoreJSON{LUN: n, Name: st.sec.Name, Type: st.sec.Backstore, Path: st.path, Size: st.bs.Size(), ReadOnly: st.sec.ReadOnly}
+		b := adminapi.Backstore{LUN: n, Name: st.sec.Name, Type: st.sec.Backstore, Path: st.path, Size: st.bs.Size(), ReadOnly: st.sec.ReadOnly}
 		switch bs := st.bs.(type) {
 		case interface{ AllocatedBytes() int64 }:
 			v := bs.AllocatedBytes()
@@ -102,13 +58,13 @@ func (d *daemon) Backstores() []backstoreJSON {
 }
 
 // LUNs reports the attached logical units in LUN order.
-func (d *daemon) LUNs() []lunJSON {
+func (d *daemon) LUNs() []adminapi.LUN {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := []lunJSON{}
+	out := []adminapi.LUN{}
 	for _, n := range slices.Sorted(maps.Keys(d.luns)) {
 		st := d.luns[n]
-		out = append(out, lunJSON{
+		out = append(out, adminapi.LUN{
 			LUN: n, Name: st.sec.Name, Backstore: st.sec.Backstore, Path: st.path,
 			Size: st.bs.Size(), BlockSize: st.lu.BlockSize(), ReadOnly: st.sec.ReadOnly,
 			Serial: st.serial, Counters: st.stats.snapshot(),
@@ -118,14 +74,19 @@ func (d *daemon) LUNs() []lunJSON {
 }
 
 // Sessions reports every channel of every port.
-func (d *daemon) Sessions() []sessionJSON {
-	out := []sessionJSON{}
+func (d *daemon) Sessions() []adminapi.Session {
+	out := []adminapi.Session{}
 	for _, p := range d.Ports() {
 		for _, s := range p.Sessions() {
-			out = append(out, sessionJSON{Port: p.Config().Name, SessionInfo: s})
+			out = append(out, adminapi.Session{
+				Port: p.Config().Name, Channel: s.Channel, InitiatorPort: s.InitiatorPort, Remote: s.Remote, State: s.State,
+				ReqLim: s.ReqLim, Outstanding: s.Outstanding, Immediate: s.Immediate,
+				Commands: s.Commands, ReadBytes: s.ReadBytes, WriteBytes: s.WriteBytes, Errors: s.Errors,
+				CheckConditions: s.CheckConditions, TMFs: s.TMFs, MaxOutstanding: s.MaxOutstanding,
+			})
 		}
 	}
-	slices.SortFunc(out, func(a, b sessionJSON) int {
+	slices.SortFunc(out, func(a, b adminapi.Session) int {
 		if a.Port != b.Port {
 			if a.Port < b.Port {
 				return -1
@@ -135,6 +96,23 @@ func (d *daemon) Sessions() []sessionJSON {
 		return int(a.Channel) - int(b.Channel)
 	})
 	return out
+}
+
+// lunSection is the [[lun]] section a POST /luns body describes. A size
+// error names the key, as Validate names the others.
+func lunSection(r adminapi.NewLUN) (LUNSection, error) {
+	sec := LUNSection{
+		LUN: r.LUN, Name: r.Name, Backstore: r.Backstore, Path: r.Path, BlockSize: r.BlockSize,
+		ReadOnly: r.ReadOnly, WriteCache: r.WriteCache, ThinProvisioning: r.ThinProvisioning,
+		Serial: r.Serial, WWN: r.WWN, Pool: r.Pool, Image: r.Image,
+		CephConf: r.CephConf, CephClient: r.CephClient, CephKeyring: r.CephKeyring,
+	}
+	if r.Size != "" {
+		if err := sec.Size.UnmarshalJSON(strconv.AppendQuote(nil, string(r.Size))); err != nil {
+			return sec, ferr("lun.size", "%v", err)
+		}
+	}
+	return sec, nil
 }
 
 // maxSocketPath is the longest unix socket path Linux binds (sun_path is
@@ -235,7 +213,7 @@ func writeErr(w http.ResponseWriter, err error) {
 	case errors.Is(err, errConflict):
 		code = http.StatusConflict
 	}
-	writeJSON(w, code, map[string]string{"error": err.Error()})
+	writeJSON(w, code, adminapi.Error{Error: err.Error()})
 }
 
 // decodeBody reads a JSON body; unknown fields are errors.
@@ -250,13 +228,13 @@ func decodeBody(r *http.Request, v any) error {
 
 func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /login-info", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+adminapi.PathLoginInfo, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.LoginInfo())
 	})
-	mux.HandleFunc("GET /sessions", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+adminapi.PathSessions, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.Sessions())
 	})
-	mux.HandleFunc("DELETE /sessions/{name}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE "+adminapi.PathSessions+"/{name}", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		found := false
 		for _, p := range d.Ports() {
@@ -271,15 +249,20 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 		log.Info("admin removed session", "name", name)
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("GET /luns", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+adminapi.PathLUNs, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.LUNs())
 	})
-	mux.HandleFunc("GET /backstores", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+adminapi.PathBackstores, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.Backstores())
 	})
-	mux.HandleFunc("POST /luns", func(w http.ResponseWriter, r *http.Request) {
-		var sec LUNSection
-		if err := decodeBody(r, &sec); err != nil {
+	mux.HandleFunc("POST "+adminapi.PathLUNs, func(w http.ResponseWriter, r *http.Request) {
+		var req adminapi.NewLUN
+		if err := decodeBody(r, &req); err != nil {
+			writeErr(w, err)
+			return
+		}
+		sec, err := lunSection(req)
+		if err != nil {
 			writeErr(w, err)
 			return
 		}
@@ -290,7 +273,7 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 		log.Info("admin added LUN", "lun", *sec.LUN)
 		w.WriteHeader(http.StatusCreated)
 	})
-	mux.HandleFunc("DELETE /luns/{lun}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE "+adminapi.PathLUNs+"/{lun}", func(w http.ResponseWriter, r *http.Request) {
 		n, err := strconv.ParseUint(r.PathValue("lun"), 10, 64)
 		if err != nil {
 			writeErr(w, fmt.Errorf("%q is not a LUN number", r.PathValue("lun")))
@@ -304,15 +287,20 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("GET /acls", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, d.ACLs())
+	mux.HandleFunc("GET "+adminapi.PathACLs, func(w http.ResponseWriter, r *http.Request) {
+		out := []adminapi.ACL{}
+		for _, a := range d.ACLs() {
+			out = append(out, adminapi.ACL{Initiator: a.Initiator, LUNs: a.LUNs, ReadOnly: a.ReadOnly})
+		}
+		writeJSON(w, http.StatusOK, out)
 	})
-	mux.HandleFunc("POST /acls", func(w http.ResponseWriter, r *http.Request) {
-		var a ACLSection
-		if err := decodeBody(r, &a); err != nil {
+	mux.HandleFunc("POST "+adminapi.PathACLs, func(w http.ResponseWriter, r *http.Request) {
+		var req adminapi.ACL
+		if err := decodeBody(r, &req); err != nil {
 			writeErr(w, err)
 			return
 		}
+		a := ACLSection{Initiator: req.Initiator, LUNs: req.LUNs, ReadOnly: req.ReadOnly}
 		if err := d.AddACL(a); err != nil {
 			writeErr(w, err)
 			return
@@ -320,7 +308,7 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 		log.Info("admin added ACL", "initiator", a.Initiator)
 		w.WriteHeader(http.StatusCreated)
 	})
-	mux.HandleFunc("DELETE /acls/{initiator}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE "+adminapi.PathACLs+"/{initiator}", func(w http.ResponseWriter, r *http.Request) {
 		if err := d.RemoveACL(r.PathValue("initiator")); err != nil {
 			writeErr(w, err)
 			return
@@ -328,13 +316,13 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 		log.Info("admin removed ACL", "initiator", r.PathValue("initiator"))
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.HandleFunc("POST /save", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST "+adminapi.PathSave, func(w http.ResponseWriter, r *http.Request) {
 		p, err := d.Save()
 		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			writeJSON(w, http.StatusInternalServerError, adminapi.Error{Error: err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"path": p})
+		writeJSON(w, http.StatusOK, adminapi.Saved{Path: p})
 	})
 	return mux
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/adminapi"
 	"github.com/gosrp/gosrp/rdma/iwarp"
 	"github.com/gosrp/gosrp/srp/initiator"
 )
@@ -317,7 +318,7 @@ initiator = "127.0.0.1"
 	if err := s.TestUnitReady(ctx, initiator.LUN(5)); err != nil {
 		t.Fatal(err)
 	}
-	var before, after []lunJSON
+	var before, after []adminapi.LUN
 	dr.admin(t, "GET", "/luns", nil, &before)
 	buf := bytes.Repeat([]byte{0xa5}, 64<<10)
 	if err := s.Write16(ctx, initiator.LUN(5), 2, buf, 4096, false); err != nil {
@@ -335,14 +336,14 @@ initiator = "127.0.0.1"
 		t.Fatalf("counters before %+v after %+v", b, a)
 	}
 
-	var bss []backstoreJSON
+	var bss []adminapi.Backstore
 	dr.admin(t, "GET", "/backstores", nil, &bss)
 	if len(bss) != 2 || bss[0].Type != "ram" || bss[0].Allocated == nil || *bss[0].Allocated != 0 ||
 		bss[1].Type != "file" || bss[1].Path != img || bss[1].Size != 4<<20 || bss[1].Allocated == nil || *bss[1].Allocated < 64<<10 || *bss[1].Allocated >= 4<<20 {
 		t.Fatalf("backstores %+v", bss)
 	}
 
-	var sess []sessionJSON
+	var sess []adminapi.Session
 	dr.admin(t, "GET", "/sessions", nil, &sess)
 	var cmds, rd, wr uint64
 	for _, c := range sess {
@@ -380,7 +381,7 @@ initiator = "127.0.0.1"
 	if code, body := dr.admin(t, "POST", "/acls", map[string]any{"initiator": "0002:c903:0000:1234", "luns": map[string]int{"0": 5}}, nil); code != 201 {
 		t.Fatalf("add ACL: %d %s", code, body)
 	}
-	var acls []ACLSection
+	var acls []adminapi.ACL
 	dr.admin(t, "GET", "/acls", nil, &acls)
 	if len(acls) != 2 || acls[1].Initiator != "0002:c903:0000:1234" || acls[1].LUNs["0"] != 5 {
 		t.Fatalf("acls %+v", acls)
@@ -557,13 +558,13 @@ func TestSaveRestart(t *testing.T) {
 	if code, body := dr.admin(t, "POST", "/save", nil, &saved); code != 200 || saved["path"] != filepath.Join(dir, "srptd.toml") {
 		t.Fatalf("save %d %s", code, body)
 	}
-	var before []lunJSON
+	var before []adminapi.LUN
 	dr.admin(t, "GET", "/luns", nil, &before)
 	if err := dr.stop(); err != nil {
 		t.Fatal(err)
 	}
 	dr = launch(t, "-data-dir", dir)
-	var after []lunJSON
+	var after []adminapi.LUN
 	dr.admin(t, "GET", "/luns", nil, &after)
 	if len(after) != 2 || after[1].LUN != 1 || after[1].Path != filepath.Join(dir, "lun1.img") || after[1].Size != 2<<20 ||
 		after[0].Serial != before[0].Serial || after[1].Serial != before[1].Serial {

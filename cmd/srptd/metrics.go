@@ -58,7 +58,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descLUNRead, prometheus.CounterValue, float64(s.ReadBytes), labels...)
 		ch <- prometheus.MustNewConstMetric(descLUNWrite, prometheus.CounterValue, float64(s.WriteBytes), labels...)
 		ch <- prometheus.MustNewConstMetric(descLUNErrors, prometheus.CounterValue, float64(s.Errors), labels...)
-		ch <- prometheus.MustNewConstMetric(descLUNUAs, prometheus.CounterValue, float64(s.UnitAttns), labels...)
+		ch <- prometheus.MustNewConstMetric(descLUNUAs, prometheus.CounterValue, float64(s.UnitAttentions), labels...)
 		ch <- prometheus.MustNewConstMetric(descLUNAborted, prometheus.CounterValue, float64(s.Aborted), labels...)
 		ch <- prometheus.MustNewConstMetric(descLUNInFlight, prometheus.GaugeValue, float64(s.InFlight), labels...)
 		buckets, count, sum := l.st.histogram()

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/adminapi"
 	"github.com/gosrp/gosrp/scsi"
 	"github.com/gosrp/gosrp/scsi/sense"
 )
@@ -68,27 +69,16 @@ func isUnitAttention(res *scsi.Result) bool {
 	return err == nil && si.Key == sense.KeyUnitAttention
 }
 
-// lunCounters is a snapshot of lunStats, as the admin API returns it.
-type lunCounters struct {
-	Commands     uint64  `json:"commands"`
-	ReadBytes    uint64  `json:"read_bytes"`
-	WriteBytes   uint64  `json:"write_bytes"`
-	Errors       uint64  `json:"errors"`
-	UnitAttns    uint64  `json:"unit_attentions"`
-	Aborted      uint64  `json:"aborted"`
-	InFlight     int64   `json:"in_flight"`
-	AvgLatencyUs float64 `json:"avg_latency_us"` // mean over completed commands, microseconds
-}
-
-func (s *lunStats) snapshot() lunCounters {
-	c := lunCounters{
-		Commands:   s.commands.Load(),
-		ReadBytes:  s.readBytes.Load(),
-		WriteBytes: s.writeBytes.Load(),
-		Errors:     s.errors.Load(),
-		UnitAttns:  s.unitAttns.Load(),
-		Aborted:    s.aborted.Load(),
-		InFlight:   s.inflight.Load(),
+// snapshot reads the counters, as the admin API returns them.
+func (s *lunStats) snapshot() adminapi.LUNCounters {
+	c := adminapi.LUNCounters{
+		Commands:       s.commands.Load(),
+		ReadBytes:      s.readBytes.Load(),
+		WriteBytes:     s.writeBytes.Load(),
+		Errors:         s.errors.Load(),
+		UnitAttentions: s.unitAttns.Load(),
+		Aborted:        s.aborted.Load(),
+		InFlight:       s.inflight.Load(),
 	}
 	if c.Commands > 0 {
 		c.AvgLatencyUs = float64(s.latencyNs.Load()) / float64(c.Commands) / 1e3

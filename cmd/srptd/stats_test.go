@@ -23,7 +23,7 @@ func TestLUNStats(t *testing.T) {
 	s.record(&scsi.Result{Status: 0x00}, 20*time.Second)             // beyond the last bound: +Inf only
 	s.record(&scsi.Result{Aborted: true, DataInLen: 1}, time.Second) // aborted: counted apart
 	c := s.snapshot()
-	if c.Commands != 7 || c.ReadBytes != 4096 || c.WriteBytes != 512 || c.Errors != 2 || c.UnitAttns != 2 || c.Aborted != 1 {
+	if c.Commands != 7 || c.ReadBytes != 4096 || c.WriteBytes != 512 || c.Errors != 2 || c.UnitAttentions != 2 || c.Aborted != 1 {
 		t.Fatalf("counters %+v", c)
 	}
 	b, count, sum := s.histogram()

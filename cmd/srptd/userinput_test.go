@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gosrp/gosrp/internal/adminapi"
 )
 
 // TestConfigErrorsValues: values that parse but make no sense are refused
@@ -79,7 +81,7 @@ func TestAdminHugeRAMLUN(t *testing.T) {
 			t.Errorf("size %v: %d %s", size, code, body)
 		}
 	}
-	var luns []lunJSON
+	var luns []adminapi.LUN
 	if code, body := dr.admin(t, "GET", "/luns", nil, &luns); code != 200 || len(luns) != 1 {
 		t.Fatalf("GET /luns after: %d %s", code, body)
 	}
@@ -182,7 +184,7 @@ func TestMissingImageIsANewDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	dr = launch(t, "-data-dir", dir, "-listen", "127.0.0.1:0")
-	var luns []lunJSON
+	var luns []adminapi.LUN
 	dr.admin(t, "GET", "/luns", nil, &luns)
 	if len(luns) != 1 || luns[0].Serial == first || luns[0].Serial == "" {
 		t.Fatalf("recreated image served as %+v (old serial %q)", luns, first)
