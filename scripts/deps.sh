@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=(
   # end-to-end tests: FUSE attach, filesystems, the NBD peer benchmark
-  fuse3 e2fsprogs fio nbdkit util-linux
+  # (scripts/bench.sh) and its loopback TCP reference stream
+  fuse3 e2fsprogs fio nbdkit util-linux iperf3
   # cgo verbs provider (built with -tags verbs)
   libibverbs-dev librdmacm-dev rdma-core pkg-config gcc
   # VM interop suite

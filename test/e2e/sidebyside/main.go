@@ -68,6 +68,7 @@ type options struct {
 	channels      int
 	jobs          string
 	quick         bool
+	printBound    bool
 }
 
 func main() {
@@ -86,6 +87,7 @@ func main() {
 	flag.IntVar(&o.channels, "channels", 0, "ch_count for srpctl (0: the initiator's default, min(4, CPUs); the peer uses one NBD connection)")
 	flag.StringVar(&o.jobs, "jobs", "", "comma-separated subset of the main jobs (default all: "+jobNames(mainJobs)+")")
 	flag.BoolVar(&o.quick, "quick", false, "smoke test: 1 repetition, 3 s job runs, 2 s sweep points, 1 s TCP stream (explicit flags win)")
+	flag.BoolVar(&o.printBound, "print-bound", false, "print the run's time bound in seconds (see -h) and exit")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: sidebyside -srptd BIN -srpctl BIN [flags]\n\n")
 		flag.PrintDefaults()
@@ -175,6 +177,10 @@ func run(ctx context.Context, o options, w io.Writer) error {
 	jobs, err := o.check()
 	if err != nil {
 		return err
+	}
+	if o.printBound {
+		fmt.Fprintln(w, int(o.bound(jobs).Seconds()))
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.bound(jobs))
 	defer cancel()

@@ -88,8 +88,8 @@ type Fill struct {
 // Job is one workload: every side runs it with the same parameters.
 type Job struct {
 	Name  string `json:"job"`
-	RW    string `json:"rw"`    // read, write, randread, randwrite
-	BS    int    `json:"bs"`    // bytes per I/O
+	RW    string `json:"rw"` // read, write, randread, randwrite
+	BS    int    `json:"bs"` // bytes per I/O
 	QD    int    `json:"iodepth"`
 	Sweep string `json:"sweep,omitempty"` // "qd" or "bs" for the chart sweeps, "" for the main jobs
 }
@@ -128,14 +128,14 @@ type Summary struct {
 
 // SideMean is the mean of one side's runs of one job.
 type SideMean struct {
-	N                int     `json:"runs"`
-	IOPS             float64 `json:"iops"`
+	N                int       `json:"runs"`
+	IOPS             float64   `json:"iops"`
 	IOPSEach         []float64 `json:"iops_each"` // every repetition, in order
-	MiBps            float64 `json:"mib_per_s"`
-	LatP50Us         float64 `json:"lat_p50_us"`
-	LatP99Us         float64 `json:"lat_p99_us"`
-	ServerCPUUsPerIO float64 `json:"server_cpu_us_per_io"`
-	ClientCPUUsPerIO float64 `json:"client_cpu_us_per_io"`
+	MiBps            float64   `json:"mib_per_s"`
+	LatP50Us         float64   `json:"lat_p50_us"`
+	LatP99Us         float64   `json:"lat_p99_us"`
+	ServerCPUUsPerIO float64   `json:"server_cpu_us_per_io"`
+	ClientCPUUsPerIO float64   `json:"client_cpu_us_per_io"`
 }
 
 // summarize groups runs by job (in order of first appearance) and side

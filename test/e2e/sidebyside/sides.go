@@ -355,7 +355,7 @@ func (n *nbd) fill(ctx context.Context) (Fill, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	out := filepath.Join(n.dir, "fio-fill.json")
-	args := append(n.fioArgs(Job{Name: "fill", RW: "write", BS: 1 << 20, QD: 8}, 0, out), "--verify=crc32c", "--do_verify=1")
+	args := append(n.fioArgs(Job{Name: "fill", RW: "write", BS: 1 << 20, QD: 8}, 0, out), "--verify=crc32c", "--do_verify=1", "--verify_state_save=0")
 	t0 := time.Now()
 	if b, err := exec.CommandContext(ctx, "fio", args...).CombinedOutput(); err != nil {
 		return Fill{}, fmt.Errorf("fio fill: %v: %s %s", err, bytes.TrimSpace(b), tail(out, 600))
