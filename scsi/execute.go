@@ -124,6 +124,9 @@ func (s *session) admit(ctx context.Context, t *task) (f failure, entered, run b
 	if f := ent.validate(c.cdb); f.failed() {
 		return f, false, false
 	}
+	if f := s.aluaCheck(c.cdb); f.failed() {
+		return f, false, false
+	}
 	if t.attr == TaskACA {
 		// NACA is not supported, so no ACA condition exists for an ACA task
 		// to run in; LIO's transport_check_alloc_task_attr answers INVALID

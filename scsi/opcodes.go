@@ -41,6 +41,7 @@ const (
 	opServiceActionIn16    = 0x9E
 	opReportLUNs           = 0xA0
 	opMaintenanceIn        = 0xA3
+	opMaintenanceOut       = 0xA4
 	opRead12               = 0xA8
 	opWrite12              = 0xAA
 	opWriteAndVerify12     = 0xAE
@@ -55,6 +56,7 @@ const (
 	saReportOpcodes   = 0x0C // MAINTENANCE IN
 	saReportTMFs      = 0x0D // MAINTENANCE IN
 	saReportTimestamp = 0x0F // MAINTENANCE IN
+	saSetTPG          = 0x0A // MAINTENANCE OUT
 )
 
 // opEntry is one row of the opcode table: it drives CDB validation
@@ -213,6 +215,8 @@ func buildOpTable() *opTable {
 		{op: opMaintenanceIn, sa: saReportTMFs, hasSA: true, name: "REPORT SUPPORTED TASK MANAGEMENT FUNCTIONS", usage: []byte{0xA3, 0x1F, 0x80, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0}, exec: execReportTMFs},
 		// SPC-4 §6.38 REPORT TIMESTAMP: ALLOCATION LENGTH (6..9).
 		{op: opMaintenanceIn, sa: saReportTimestamp, hasSA: true, name: "REPORT TIMESTAMP", usage: []byte{0xA3, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0}, exec: execReportTimestamp},
+		// SPC-4 §6.46 SET TARGET PORT GROUPS: PARAMETER LIST LENGTH (6..9).
+		{op: opMaintenanceOut, sa: saSetTPG, hasSA: true, name: "SET TARGET PORT GROUPS", usage: []byte{0xA4, 0x1F, 0, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0}, exec: execSetTPG},
 		// SBC-3 §5.10 READ(12).
 		{op: opRead12, name: "READ(12)", usage: []byte{0xA8, 0x1E, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, grp, 0}, exec: execRead},
 		// SBC-3 §5.32 WRITE(12).

@@ -47,6 +47,10 @@ const (
 	ReasonUACommandsCleared                               // 06/2F/00 COMMANDS CLEARED BY ANOTHER INITIATOR
 	ReasonUALUNsChanged                                   // 06/3F/0E REPORTED LUNS DATA HAS CHANGED
 	ReasonUAITNexusLoss                                   // 06/29/07 I_T NEXUS LOSS OCCURRED
+	ReasonALUATransitioning                               // 02/04/0A LOGICAL UNIT NOT ACCESSIBLE, ASYMMETRIC ACCESS STATE TRANSITION
+	ReasonALUAStandby                                     // 02/04/0B LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN STANDBY STATE
+	ReasonALUAUnavailable                                 // 02/04/0C LOGICAL UNIT NOT ACCESSIBLE, TARGET PORT IN UNAVAILABLE STATE
+	ReasonUAALUAChanged                                   // 06/2A/06 ASYMMETRIC ACCESS STATE CHANGED
 	numReasons
 )
 
@@ -88,6 +92,10 @@ var reasonTable = [numReasons]reasonEntry{
 	ReasonUACommandsCleared:                 {sense.StatusCheckCondition, sense.KeyUnitAttention, 0x2F, 0x00},
 	ReasonUALUNsChanged:                     {sense.StatusCheckCondition, sense.KeyUnitAttention, 0x3F, 0x0E},
 	ReasonUAITNexusLoss:                     {sense.StatusCheckCondition, sense.KeyUnitAttention, 0x29, 0x07},
+	ReasonALUATransitioning:                 {sense.StatusCheckCondition, sense.KeyNotReady, 0x04, 0x0A},
+	ReasonALUAStandby:                       {sense.StatusCheckCondition, sense.KeyNotReady, 0x04, 0x0B},
+	ReasonALUAUnavailable:                   {sense.StatusCheckCondition, sense.KeyNotReady, 0x04, 0x0C},
+	ReasonUAALUAChanged:                     {sense.StatusCheckCondition, sense.KeyUnitAttention, 0x2A, 0x06},
 }
 
 // Status returns the SCSI status byte for r.

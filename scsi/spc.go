@@ -121,7 +121,7 @@ func (c *cmdCtx) standardInquiry() []byte {
 	b[2] = 0x06 // VERSION: SPC-4
 	b[3] = 0x12 // HISUP=1, RESPONSE DATA FORMAT=2
 	b[4] = byte(len(b) - 5)
-	b[5] = 0x10 // TPGS=01b: implicit asymmetric access (REPORT TARGET PORT GROUPS)
+	b[5] = 0x30 // TPGS=11b: implicit and explicit ALUA (REPORT/SET TARGET PORT GROUPS)
 	b[7] = 0x02 // CMDQUE
 	if c.lu != nil {
 		copy(b[8:16], c.lu.vendor[:])
@@ -157,7 +157,7 @@ func (c *cmdCtx) deviceIdentification() []byte {
 	b = binary.BigEndian.AppendUint16(b, c.s.nexus.RelativeTargetPort)
 	// Target port group: PIV=1, association target port, type 5.
 	b = append(b, proto|0x01, 0x80|0x10|0x05, 0x00, 4, 0, 0)
-	b = binary.BigEndian.AppendUint16(b, c.s.t.cfg.TargetPortGroup)
+	b = binary.BigEndian.AppendUint16(b, c.s.t.alua.Load().local)
 	if name := c.s.nexus.TargetPortName; name != "" {
 		// SCSI name strings: code set UTF-8, PIV=1, type 8; association
 		// target port, then target device.
@@ -253,39 +253,6 @@ func execReportLUNs(c *cmdCtx) failure {
 	}
 	for _, lu := range *c.s.t.luns.Load() {
 		lu.clearUA(c.s.key, ReasonUALUNsChanged)
-	}
-	return c.putDataIn(b, alloc)
-}
-
-// execReportTPG: SPC-4 §6.37 REPORT TARGET PORT GROUPS. One target port
-// group in the active/optimized state holding every target port.
-func execReportTPG(c *cmdCtx) failure {
-	format := c.cdb[1] >> 5
-	alloc := int(be32(c.cdb[6:]))
-	if format > 1 {
-		return badCDB(1, 7)
-	}
-	ports := c.s.t.targetPorts()
-	if len(ports) == 0 {
-		ports = []uint16{c.s.nexus.RelativeTargetPort}
-	}
-	hdr := 4
-	if format == 1 {
-		hdr = 8
-	}
-	b := make([]byte, hdr+8+4*len(ports))
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	if format == 1 {
-		b[4] = 0x10 // FORMAT TYPE 001b
-		b[5] = 0    // IMPLICIT TRANSITION TIME
-	}
-	d := b[hdr:]
-	d[0] = 0x80 // PREF=1, ASYMMETRIC ACCESS STATE 0h (active/optimized)
-	d[1] = 0x01 // AO_SUP
-	binary.BigEndian.PutUint16(d[2:], c.s.t.cfg.TargetPortGroup)
-	d[7] = byte(len(ports))
-	for i, p := range ports {
-		binary.BigEndian.PutUint16(d[8+4*i+2:], p)
 	}
 	return c.putDataIn(b, alloc)
 }

@@ -14,7 +14,7 @@ import (
 func TestStandardInquiry(t *testing.T) {
 	f := newFixture(t, LUConfig{Serial: "0123456789abcdef"})
 	got := f.in(cdbInquiry(false, 0, 255), 255)
-	want := hx(`00 00 06 12 5b 10 00 02` + // PDT disk; SPC-4; HISUP, RDF 2; len 91; TPGS=01; CMDQUE
+	want := hx(`00 00 06 12 5b 30 00 02` + // PDT disk; SPC-4; HISUP, RDF 2; len 91; TPGS=11 (implicit and explicit ALUA); CMDQUE
 		`47 4f 53 52 50 20 20 20` + // "GOSRP   "
 		`44 49 53 4b 20 20 20 20 20 20 20 20 20 20 20 20` + // "DISK"
 		`30 30 30 31` + // "0001"
@@ -249,11 +249,12 @@ func TestReportTMFsAndTPG(t *testing.T) {
 	f := newFixture(t, LUConfig{})
 	wantBytes(t, "RSTMF", f.in([]byte{0xA3, 0x0D, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0}, 4), hx(`d8 00 00 00`))
 	wantBytes(t, "RSTMF REPD", f.in([]byte{0xA3, 0x0D, 0x80, 0, 0, 0, 0, 0, 0, 16, 0, 0}, 16), hx(`d8 00 00 0c`+zeros(12)))
-	// One group, active/optimized, preferred; port 1 (SPC-4 §6.37 table 307).
+	// One group, active/optimized, preferred; T_SUP U_SUP S_SUP AN_SUP
+	// AO_SUP; port 1 (SPC-4 §6.37 tables 307, 308).
 	wantBytes(t, "RTPG", f.in([]byte{0xA3, 0x0A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, 256),
-		hx(`0000000c 80 01 0000 00 00 00 01 0000 0001`))
+		hx(`0000000c 80 8f 0000 00 00 00 01 0000 0001`))
 	wantBytes(t, "RTPG ext", f.in([]byte{0xA3, 0x2A, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0}, 256),
-		hx(`00000010 10 00 0000 80 01 0000 00 00 00 01 0000 0001`))
+		hx(`00000010 10 00 0000 80 8f 0000 00 00 00 01 0000 0001`))
 }
 
 func TestSenseFormats(t *testing.T) {

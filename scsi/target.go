@@ -42,9 +42,11 @@ type TargetConfig struct {
 	// ProtocolID is the SCSI transport protocol identifier reported in
 	// device identification designators (SPC-4 §7.6.1); 0 means SRP (4).
 	ProtocolID uint8
-	// TargetPortGroup is the target port group identifier reported in VPD
-	// page 83h and REPORT TARGET PORT GROUPS (SPC-4 §6.37). LIO's default
-	// group is 0.
+	// TargetPortGroup is the identifier of the target's own target port
+	// group, reported in VPD page 83h and REPORT TARGET PORT GROUPS (SPC-4
+	// §6.37); every port of the target is in it. LIO's default group is 0.
+	// Its state starts active/optimized; SetPortGroups configures it and
+	// the groups of other gateways.
 	TargetPortGroup uint16
 	// RelativeTargetPorts lists the relative target port identifiers of the
 	// target's ports for REPORT TARGET PORT GROUPS. When empty, the ports of
@@ -66,6 +68,11 @@ type Target struct {
 	sessions map[*session]struct{}
 	nexusRef map[string]int // nexus key → open sessions
 	ports    map[uint16]struct{}
+
+	// alua is the ALUA view (alua.go): read lock-free on every command,
+	// replaced under aluaMu.
+	alua   atomic.Pointer[aluaGroups]
+	aluaMu sync.Mutex
 
 	// hooks are set only by tests, before any session exists.
 	hooks struct {
@@ -103,6 +110,8 @@ func NewTarget(cfg TargetConfig) *Target {
 	}
 	m := map[uint64]*LogicalUnit{}
 	t.luns.Store(&m)
+	g, _ := newALUAGroups(cfg.TargetPortGroup, nil) // one group: cannot fail
+	t.alua.Store(g)
 	t.ops = buildOpTable()
 	return t
 }
