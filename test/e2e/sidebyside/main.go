@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -355,12 +356,18 @@ func report(w io.Writer, res *Results) {
 		fmt.Fprintf(w, "1 MiB QD32 read as %% of one loopback TCP stream: %s %.0f %%, %s %.0f %%\n", sideOurs, p[sideOurs], sidePeer, p[sidePeer])
 	}
 	var loads []string
+	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, l := range res.Load {
-		if !strings.HasPrefix(l.When, "before ") {
+		if strings.HasPrefix(l.When, "before ") {
+			lo, hi = min(lo, l.Load1), max(hi, l.Load1)
+		} else {
 			loads = append(loads, fmt.Sprintf("%s %.2f", l.When, l.Load1))
 		}
 	}
-	fmt.Fprintf(w, "load average (1 min): %s; before each run: see load1 above\n", strings.Join(loads, ", "))
+	if lo <= hi {
+		loads = append(loads, fmt.Sprintf("between the runs %.2f to %.2f", lo, hi))
+	}
+	fmt.Fprintf(w, "load average (1 min): %s\n", strings.Join(loads, ", "))
 	fmt.Fprintf(w, "duration: %.0f s\n", res.DurationS)
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -99,7 +100,7 @@ func runJob(ctx context.Context, s side, j Job, runtime time.Duration) (Run, err
 	if !exited {
 		waitErr = <-done
 	}
-	name := cmd.Args[0]
+	name := filepath.Base(cmd.Args[0])
 	if waitErr != nil {
 		return Run{}, fmt.Errorf("%s %s: %v: %s", name, j.Name, waitErr, lastBytes(stderr.Bytes(), 600))
 	}
@@ -149,7 +150,7 @@ func tcpStream(ctx context.Context, dir string, seconds time.Duration) (float64,
 	if err != nil {
 		return 0, err
 	}
-	srv, err := startServer(ctx, dir+"/iperf3.log", "iperf3", "-s", "-B", "127.0.0.1", "-p", strconv.Itoa(port))
+	srv, err := startServer(ctx, filepath.Join(dir, "iperf3.log"), "iperf3", "-s", "-B", "127.0.0.1", "-p", strconv.Itoa(port))
 	if err != nil {
 		return 0, err
 	}

@@ -36,14 +36,13 @@ type Results struct {
 
 // Machine describes where the run took place.
 type Machine struct {
-	CPUs    int    `json:"cpus"`
-	CPU     string `json:"cpu_model"`
-	Go      string `json:"go"`
-	Kernel  string `json:"kernel"`
-	Fio     string `json:"fio"`
-	Nbdkit  string `json:"nbdkit"`
-	Iperf3  string `json:"iperf3"`
-	Comment string `json:"comment,omitempty"`
+	CPUs   int    `json:"cpus"`
+	CPU    string `json:"cpu_model"`
+	Go     string `json:"go"`
+	Kernel string `json:"kernel"`
+	Fio    string `json:"fio"`
+	Nbdkit string `json:"nbdkit"`
+	Iperf3 string `json:"iperf3"`
 }
 
 // Config is the run's settings.
