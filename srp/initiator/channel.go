@@ -62,7 +62,7 @@ type request struct {
 	// immBuf gathers a multi-segment data-out for immediate data.
 	immBuf []byte
 	tOff   int
-	timer  *time.Timer
+	timer  Timer
 	done   chan struct{} // one token per response
 	refs   atomic.Int32
 	mrs    []rdma.MemoryRegion
@@ -269,7 +269,7 @@ func (ch *channel) setup() error {
 			ch.rspFree <- r
 		}
 		if r.kind != slotRsp {
-			r.timer = time.NewTimer(time.Hour)
+			r.timer = ch.s.clock.NewTimer(time.Hour)
 			r.timer.Stop()
 		}
 	}

@@ -129,7 +129,7 @@ func (ch *channel) execute(ctx context.Context, cmd *Command, res *Result) error
 	var timedOut <-chan time.Time
 	if d := ch.s.opts.CommandTimeout; d > 0 {
 		r.timer.Reset(d)
-		timedOut = r.timer.C
+		timedOut = r.timer.C()
 	}
 	var why error
 	responded := false
@@ -189,7 +189,7 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 	code, err := ch.tmf(context.Background(), srp.TMFAbortTask, lun, r.tag)
 	if err == nil && code != 0 {
 		// Not found: the response is on its way or already here.
-		t := time.NewTimer(ch.s.opts.TMFTimeout)
+		t := ch.s.clock.NewTimer(ch.s.opts.TMFTimeout)
 		select {
 		case <-r.done:
 			t.Stop()
@@ -197,7 +197,7 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 			r.unmap()
 			r.put()
 			return nil
-		case <-t.C:
+		case <-t.C():
 			err = fmt.Errorf("ABORT TASK failed (%s) and no response arrived", srp.TMFRspName(code))
 		case <-ch.dead:
 			err = ErrChannelDown
@@ -414,7 +414,7 @@ func (ch *channel) tmf(ctx context.Context, fn srp.TMF, lun, taskTag uint64) (ui
 	select {
 	case <-r.done:
 		r.timer.Stop()
-	case <-r.timer.C:
+	case <-r.timer.C():
 		ch.fail(fmt.Errorf("%w: %s timed out", ErrChannelDown, fn.Name()))
 		r.put()
 		return 0, fmt.Errorf("srp: %s timed out after %v", fn.Name(), ch.s.opts.TMFTimeout)

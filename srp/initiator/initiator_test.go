@@ -347,16 +347,26 @@ func TestCredReqAndAER(t *testing.T) {
 	s.chans[0].mu.Unlock()
 }
 
+// TestAbortOnTimeout: a command unanswered for CommandTimeout is aborted
+// with ABORT TASK naming its tag, on the session's clock.
 func TestAbortOnTimeout(t *testing.T) {
-	// The held command always times out, so the timeout only sets how long
-	// this takes; the command after the abort must answer within it, which
-	// under -race on a loaded machine can take well over 100 ms.
-	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.CommandTimeout = 2 * time.Second })
+	clk := newManualClock()
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.Clock = clk })
+	ctx := testCtx(t)
 	ft.mu.Lock()
 	ft.hold = true
 	ft.mu.Unlock()
-	err := s.TestUnitReady(testCtx(t), 0)
-	if !errors.Is(err, ErrAborted) {
+	errc := make(chan error, 1)
+	go func() { errc <- s.TestUnitReady(ctx, 0) }()
+	waitFor(t, ctx, "the command's timer", func() bool { return clk.running() == 1 })
+	clk.Advance(DefaultCommandTimeout - time.Millisecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("command ended before its timeout: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.Advance(time.Millisecond)
+	if err := <-errc; !errors.Is(err, ErrAborted) {
 		t.Fatalf("held command: %v, want ErrAborted", err)
 	}
 	ft.mu.Lock()
@@ -365,8 +375,21 @@ func TestAbortOnTimeout(t *testing.T) {
 		t.Errorf("TMFs %+v, want one ABORT TASK naming tag %#x", ft.tmfs, ft.cmds[len(ft.cmds)-1].Tag)
 	}
 	ft.mu.Unlock()
-	if err := s.TestUnitReady(testCtx(t), 0); err != nil {
+	if err := s.TestUnitReady(ctx, 0); err != nil {
 		t.Fatalf("after abort: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds; only the test's pacing uses real
+// time, the session runs on its manual clock.
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
 
@@ -405,7 +428,9 @@ func TestLUNReset(t *testing.T) {
 }
 
 func TestReconnectAfterTargetDrop(t *testing.T) {
-	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.ReconnectDelay = 20 * time.Millisecond; o.ChCount = 2 })
+	clk := newManualClock()
+	const delay = 20 * time.Millisecond
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.ReconnectDelay = delay; o.ChCount = 2; o.Clock = clk })
 	ctx := testCtx(t)
 	data := make([]byte, 4096)
 	rand.Read(data)
@@ -413,9 +438,21 @@ func TestReconnectAfterTargetDrop(t *testing.T) {
 		t.Fatal(err)
 	}
 	ft.dropAll()
+	waitFor(t, ctx, "the session to block", func() bool { return s.State() == StateBlocked })
 	// Commands issued while the session is blocked wait and then succeed.
 	got := make([]byte, 4096)
-	if err := s.Read16(ctx, 0, 8, got, 512, false); err != nil {
+	errc := make(chan error, 1)
+	go func() { errc <- s.Read16(ctx, 0, 8, got, 512, false) }()
+	select {
+	case err := <-errc:
+		t.Fatalf("read ended before a reconnect: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	if n := func() int { ft.mu.Lock(); defer ft.mu.Unlock(); return len(ft.logins) }(); n != 2 {
+		t.Fatalf("%d logins before reconnect_delay passed, want 2", n)
+	}
+	clk.Advance(delay)
+	if err := <-errc; err != nil {
 		t.Fatalf("read across reconnect: %v", err)
 	}
 	if !bytes.Equal(got, data) {
@@ -431,28 +468,37 @@ func TestReconnectAfterTargetDrop(t *testing.T) {
 	}
 }
 
+// TestFastIOFailAndDevLoss: with the target gone, commands wait until
+// fast_io_fail_tmo, then fail fast; at dev_loss_tmo the session is lost.
 func TestFastIOFailAndDevLoss(t *testing.T) {
+	clk := newManualClock()
+	const delay, fastFail, devLoss = 20 * time.Millisecond, 100 * time.Millisecond, 2 * time.Second
 	ft, s := setup(t, func(ft *fakeTarget, o *Options) {
-		o.ReconnectDelay = 20 * time.Millisecond
-		o.FastIOFailTmo = 100 * time.Millisecond
-		// Far enough past fast_io_fail_tmo that the first command cannot
-		// see dev_loss_tmo instead when the test is descheduled under load.
-		o.DevLossTmo = 2 * time.Second
+		o.ReconnectDelay, o.FastIOFailTmo, o.DevLossTmo, o.Clock = delay, fastFail, devLoss, clk
 	})
 	ctx := testCtx(t)
 	ft.ln.Close()
 	ft.dropAll()
-	err := s.TestUnitReady(ctx, 0)
-	if !errors.Is(err, ErrFastIOFail) {
+	waitFor(t, ctx, "the session to block", func() bool { return s.State() == StateBlocked })
+	// fast_io_fail_tmo, dev_loss_tmo and reconnect_delay.
+	waitFor(t, ctx, "the recovery timers", func() bool { return clk.running() == 3 })
+	errc := make(chan error, 1)
+	go func() { errc <- s.TestUnitReady(ctx, 0) }()
+	clk.Advance(fastFail - time.Millisecond)
+	select {
+	case err := <-errc:
+		t.Fatalf("command ended before fast_io_fail_tmo: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	clk.Advance(time.Millisecond)
+	if err := <-errc; !errors.Is(err, ErrFastIOFail) {
 		t.Fatalf("err %v, want ErrFastIOFail", err)
 	}
-	for s.State() != StateLost {
-		select {
-		case <-ctx.Done():
-			t.Fatal("never lost")
-		case <-time.After(10 * time.Millisecond):
-		}
+	if st := s.State(); st != StateFailFast {
+		t.Fatalf("state %v after fast_io_fail_tmo", st)
 	}
+	clk.Advance(devLoss - fastFail)
+	waitFor(t, ctx, "dev_loss_tmo", func() bool { return s.State() == StateLost })
 	if err := s.TestUnitReady(ctx, 0); !errors.Is(err, ErrDevLoss) {
 		t.Fatalf("err %v, want ErrDevLoss", err)
 	}
@@ -587,26 +633,37 @@ func BenchmarkExecuteRead(b *testing.B) {
 // its ABORT TASK gets the channel torn down (so it can no longer touch the
 // command's memory), and the session reconnects.
 func TestAbortTimeoutReconnects(t *testing.T) {
-	ft, s := setup(t, func(ft *fakeTarget, o *Options) {
-		// The held command and its ignored ABORT TASK always time out; the
-		// command on the new channel must answer within CommandTimeout,
-		// which under -race on a loaded machine can take well over 50 ms.
-		o.CommandTimeout = 2 * time.Second
-		o.TMFTimeout = 50 * time.Millisecond
-		o.ReconnectDelay = 10 * time.Millisecond
-	})
+	clk := newManualClock()
+	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.Clock = clk; o.ReconnectDelay = 10 * time.Millisecond })
 	ft.mu.Lock()
 	ft.hold, ft.ignoreTMF = true, true
 	ft.mu.Unlock()
 	ctx := testCtx(t)
-	err := s.TestUnitReady(ctx, 0)
-	if !errors.Is(err, ErrAborted) {
+	errc := make(chan error, 1)
+	go func() { errc <- s.TestUnitReady(ctx, 0) }()
+	waitFor(t, ctx, "the command's timer", func() bool { return clk.running() == 1 })
+	clk.Advance(DefaultCommandTimeout)
+	// The ABORT TASK's timer replaces the command's.
+	waitFor(t, ctx, "the ABORT TASK's timer", func() bool {
+		ft.mu.Lock()
+		defer ft.mu.Unlock()
+		return len(ft.tmfs) == 1 && clk.running() == 1
+	})
+	clk.Advance(DefaultTMFTimeout)
+	if err := <-errc; !errors.Is(err, ErrAborted) {
 		t.Fatalf("err %v, want ErrAborted", err)
 	}
 	ft.mu.Lock()
 	ft.hold, ft.ignoreTMF = false, false
 	ft.mu.Unlock()
-	if err := s.TestUnitReady(ctx, 0); err != nil {
+	// The channel went down with the abort: the reconnect waits for
+	// reconnect_delay.
+	errc2 := make(chan error, 1)
+	go func() { errc2 <- s.TestUnitReady(ctx, 0) }()
+	waitFor(t, ctx, "the session to block", func() bool { return s.State() == StateBlocked })
+	waitFor(t, ctx, "reconnect_delay", func() bool { return clk.running() >= 1 })
+	clk.Advance(10 * time.Millisecond)
+	if err := <-errc2; err != nil {
 		t.Fatalf("after the channel was replaced: %v", err)
 	}
 	ft.mu.Lock()

@@ -125,10 +125,15 @@ type Options struct {
 	TMFTimeout time.Duration
 	// Logger receives channel events; nil discards.
 	Logger *slog.Logger
+	// Clock runs the timers above; nil means the system clock.
+	Clock Clock
 }
 
 // withDefaults returns o with zero fields replaced by ib_srp's defaults.
 func (o Options) withDefaults() Options {
+	if o.Clock == nil {
+		o.Clock = systemClock{}
+	}
 	if o.QueueSize == 0 {
 		o.QueueSize = DefaultQueueSize
 	}

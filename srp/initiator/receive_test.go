@@ -41,7 +41,7 @@ func (c *stubConn) RemoteAddr() net.Addr { return nil }
 func newStubChannel(t testing.TB) (*channel, *stubConn) {
 	dev := loopback.NewNetwork().NewDevice("x")
 	t.Cleanup(func() { dev.Close() })
-	s := &Session{dev: dev, opts: Options{Dest: "x"}.withDefaults(), log: slog.New(slog.DiscardHandler), wake: make(chan struct{}), closed: make(chan struct{})}
+	s := &Session{dev: dev, opts: Options{Dest: "x"}.withDefaults(), clock: systemClock{}, log: slog.New(slog.DiscardHandler), wake: make(chan struct{}), closed: make(chan struct{})}
 	s.state = StateClosed
 	sc := &stubConn{}
 	li := LoginInfo{ReqLimDelta: 8, MaxITIULen: 8276, MaxTIIULen: 256, UsedITIULen: 8260, CanQueue: 7}

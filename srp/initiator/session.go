@@ -54,10 +54,11 @@ func (s State) String() string {
 // Session is a login to one SRP target over ChCount channels. Its methods
 // may be called from many goroutines at once.
 type Session struct {
-	dev  rdma.Device
-	opts Options
-	log  *slog.Logger
-	rr   atomic.Uint32
+	dev   rdma.Device
+	opts  Options
+	clock Clock // opts.Clock
+	log   *slog.Logger
+	rr    atomic.Uint32
 
 	mu      sync.Mutex
 	state   State
@@ -77,7 +78,7 @@ func Dial(ctx context.Context, dev rdma.Device, opts Options) (*Session, error) 
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	s := &Session{dev: dev, opts: opts, log: opts.Logger, wake: make(chan struct{}), closed: make(chan struct{})}
+	s := &Session{dev: dev, opts: opts, clock: opts.Clock, log: opts.Logger, wake: make(chan struct{}), closed: make(chan struct{})}
 	chans, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -176,17 +177,13 @@ func (s *Session) current(ch *channel) bool {
 // dev_loss_tmo expires; fast_io_fail_tmo switches to failing commands fast.
 func (s *Session) recover() {
 	o := s.opts
-	timer := func(d time.Duration) <-chan time.Time {
-		if d < 0 {
-			return nil
-		}
-		return time.After(d)
-	}
-	fastFail, devLoss := timer(o.FastIOFailTmo), timer(o.DevLossTmo)
-	var retry <-chan time.Time
-	if o.ReconnectDelay >= 0 {
-		retry = time.After(o.ReconnectDelay)
-	} else if o.FastIOFailTmo < 0 && o.DevLossTmo < 0 {
+	fastFail, stopFastFail := s.after(o.FastIOFailTmo)
+	defer stopFastFail()
+	devLoss, stopDevLoss := s.after(o.DevLossTmo)
+	defer stopDevLoss()
+	retry, stopRetry := s.after(o.ReconnectDelay)
+	defer func() { stopRetry() }()
+	if o.ReconnectDelay < 0 && o.FastIOFailTmo < 0 && o.DevLossTmo < 0 {
 		// Nothing would ever end the blocked state: give up now.
 		s.mu.Lock()
 		if s.state != StateClosed {
@@ -217,7 +214,7 @@ func (s *Session) recover() {
 			s.mu.Unlock()
 			return
 		case <-retry:
-			ctx, cancel := context.WithTimeout(context.Background(), max(o.ReconnectDelay, 5*time.Second))
+			ctx, cancel := s.withTimeout(context.Background(), max(o.ReconnectDelay, 5*time.Second))
 			chans, err := s.connect(ctx)
 			cancel()
 			if err != nil {
@@ -230,7 +227,8 @@ func (s *Session) recover() {
 				s.mu.Lock()
 				s.lastErr = err
 				s.mu.Unlock()
-				retry = time.After(o.ReconnectDelay)
+				stopRetry()
+				retry, stopRetry = s.after(o.ReconnectDelay)
 				continue
 			}
 			s.mu.Lock()
