@@ -316,6 +316,27 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 		log.Info("admin removed ACL", "initiator", r.PathValue("initiator"))
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("GET "+adminapi.PathALUA, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.PortGroups())
+	})
+	mux.HandleFunc("PUT "+adminapi.PathALUA+"/{group}", func(w http.ResponseWriter, r *http.Request) {
+		g, err := strconv.ParseUint(r.PathValue("group"), 10, 16)
+		if err != nil {
+			writeErr(w, fmt.Errorf("%q is not a target port group ID (0..65535)", r.PathValue("group")))
+			return
+		}
+		var req adminapi.ALUAState
+		if err := decodeBody(r, &req); err != nil {
+			writeErr(w, err)
+			return
+		}
+		if err := d.SetALUAState(uint16(g), req.State); err != nil {
+			writeErr(w, err)
+			return
+		}
+		log.Info("admin set ALUA state", "group", g, "state", req.State)
+		w.WriteHeader(http.StatusNoContent)
+	})
 	mux.HandleFunc("POST "+adminapi.PathSave, func(w http.ResponseWriter, r *http.Request) {
 		p, err := d.Save()
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/gosrp/gosrp/scsi"
 	"github.com/gosrp/gosrp/srp/target"
 )
 
@@ -33,6 +34,7 @@ type Config struct {
 	ACLs    []ACLSection   `toml:"acl,omitempty"`
 	Admin   AdminSection   `toml:"admin,omitempty"`
 	Metrics MetricsSection `toml:"metrics,omitempty"`
+	ALUA    *ALUASection   `toml:"alua,omitempty"`
 
 	// src locates keys in the file the configuration came from, for errors.
 	src *source
@@ -102,6 +104,75 @@ type LUNSection struct {
 	CephConf    string `toml:"ceph_conf,omitempty" json:"ceph_conf,omitempty"`       // ceph.conf path; default: librados' search
 	CephClient  string `toml:"ceph_client,omitempty" json:"ceph_client,omitempty"`   // cephx user without "client."; default admin
 	CephKeyring string `toml:"ceph_keyring,omitempty" json:"ceph_keyring,omitempty"` // keyring file; default: the conf's
+}
+
+// ALUASection makes this srptd one gateway of several exporting the same
+// logical units (Ceph RBD images): its ports form one target port group with
+// an asymmetric access state, and REPORT TARGET PORT GROUPS also lists the
+// other gateways' groups (SPC-4 §5.11). Without it: group 0,
+// active/optimized, relative ports from 1.
+type ALUASection struct {
+	Group        uint16 `toml:"group" json:"group"`                   // this gateway's target port group ID
+	RelativePort uint16 `toml:"relative_port" json:"relative_port"`   // relative target port ID of the first [[port]] (next ports +1); default 1
+	State        string `toml:"state,omitempty" json:"state"`         // active/optimized (default), active/non-optimized, standby, unavailable, transitioning
+	Preferred    *bool  `toml:"preferred" json:"preferred,omitempty"` // PREF bit; default true
+	// Peers are the other gateways' groups, as REPORT TARGET PORT GROUPS
+	// reports them.
+	Peers []ALUAPeer `toml:"peer,omitempty" json:"peers,omitempty"`
+}
+
+// ALUAPeer is another gateway's target port group.
+type ALUAPeer struct {
+	Group     uint16   `toml:"group" json:"group"`
+	State     string   `toml:"state,omitempty" json:"state"` // default active/optimized
+	Preferred bool     `toml:"preferred,omitempty" json:"preferred,omitempty"`
+	Ports     []uint16 `toml:"ports" json:"ports"` // its relative target port IDs
+}
+
+// portGroups returns the target port groups a gateway reports; nil without
+// an [alua] section.
+func (a *ALUASection) portGroups() ([]scsi.PortGroup, error) {
+	if a == nil {
+		return nil, nil
+	}
+	parse := func(s string) (scsi.ALUAState, error) {
+		if s == "" {
+			return scsi.ALUAActiveOptimized, nil
+		}
+		return scsi.ParseALUAState(s)
+	}
+	st, err := parse(a.State)
+	if err != nil {
+		return nil, ferr("alua.state", "%v", err)
+	}
+	pref := a.Preferred == nil || *a.Preferred
+	groups := []scsi.PortGroup{{ID: a.Group, State: st, Preferred: pref}}
+	seen := map[uint16]bool{a.Group: true}
+	for i, p := range a.Peers {
+		f := fmt.Sprintf("alua.peer[%d]", i)
+		if seen[p.Group] {
+			return nil, ferr(f+".group", "group %d listed twice", p.Group)
+		}
+		seen[p.Group] = true
+		pst, err := parse(p.State)
+		if err != nil {
+			return nil, ferr(f+".state", "%v", err)
+		}
+		if len(p.Ports) == 0 {
+			return nil, ferr(f+".ports", "a peer group needs its relative port IDs")
+		}
+		groups = append(groups, scsi.PortGroup{ID: p.Group, State: pst, Preferred: p.Preferred, Ports: p.Ports})
+	}
+	return groups, nil
+}
+
+// relativePort is the relative target port ID of the i-th [[port]].
+func (a *ALUASection) relativePort(i int) uint16 {
+	base := uint16(1)
+	if a != nil && a.RelativePort != 0 {
+		base = a.RelativePort
+	}
+	return base + uint16(i)
 }
 
 // ACLSection admits one initiator.
@@ -238,6 +309,7 @@ type rawConfig struct {
 	ACLs    []toml.Primitive `toml:"acl"`
 	Admin   toml.Primitive   `toml:"admin"`
 	Metrics toml.Primitive   `toml:"metrics"`
+	ALUA    *toml.Primitive  `toml:"alua"`
 }
 
 // lineKeyRE matches the "line N (last key ...)" prefix of the TOML
@@ -287,6 +359,12 @@ func LoadConfig(text, source string) (*Config, error) {
 	}
 	if err := decode(raw.Metrics, "metrics", &c.Metrics); err != nil {
 		return nil, err
+	}
+	if raw.ALUA != nil {
+		c.ALUA = &ALUASection{}
+		if err := decode(*raw.ALUA, "alua", c.ALUA); err != nil {
+			return nil, err
+		}
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		// The first unknown key, located by its indexed name.
@@ -367,6 +445,12 @@ func (c *Config) validate() error {
 			return ferr(f+".name", "%q used twice", portName(p, i))
 		}
 		names[portName(p, i)] = true
+	}
+	if _, err := c.ALUA.portGroups(); err != nil {
+		return err
+	}
+	if c.ALUA != nil && int(c.ALUA.relativePort(0))+len(c.Ports)-1 > 0xFFFF {
+		return ferr("alua.relative_port", "%d ports from %d pass 65535", len(c.Ports), c.ALUA.relativePort(0))
 	}
 	luns := map[uint64]bool{}
 	for i, l := range c.LUNs {

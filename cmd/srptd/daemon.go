@@ -83,7 +83,17 @@ func newDaemon(cfg *Config, org origin, dataDir string, ident *identity, out io.
 		log: log, out: out, origin: org, dataDir: dataDir, ident: ident, cfg: cfg,
 		luns: map[uint64]*lunState{},
 	}
-	d.core = scsi.NewTarget(scsi.TargetConfig{Logger: log.With("layer", "scsi")})
+	tc := scsi.TargetConfig{Logger: log.With("layer", "scsi")}
+	if cfg.ALUA != nil {
+		tc.TargetPortGroup = cfg.ALUA.Group
+	}
+	d.core = scsi.NewTarget(tc)
+	// validate has checked the groups.
+	if groups, err := cfg.ALUA.portGroups(); err == nil && groups != nil {
+		if err := d.core.SetPortGroups(groups); err != nil {
+			log.Error("ALUA groups not set", "err", err)
+		}
+	}
 	d.stats.Store(&statsTable{})
 	// Logged once the ports listen (logDemo): a setup error that stops
 	// srptd must not follow a warning about logins.
@@ -560,7 +570,7 @@ func (d *daemon) startPorts(ctx context.Context) error {
 		tc := d.cfg.targetConfig(guid)
 		tc.DemoMode = d.demo
 		tc.Name = name
-		tc.RelativePort = uint16(i + 1)
+		tc.RelativePort = d.cfg.ALUA.relativePort(i)
 		tc.TargetPortName = targetPortName(dev, pc)
 		tc.Logger = plog
 		p, err := target.NewPort(tc, dev, coreAdapter{t: d.core, stats: &d.stats})

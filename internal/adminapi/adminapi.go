@@ -13,6 +13,8 @@
 //	POST   /acls                ACL → 201
 //	DELETE /acls/{initiator}    → 204
 //	POST   /save                → Saved
+//	GET    /alua                []PortGroup
+//	PUT    /alua/{group}        ALUAState → 204
 //
 // Every error answer is a 4xx or 5xx status with an Error body.
 package adminapi
@@ -32,7 +34,24 @@ const (
 	PathBackstores = "/backstores"
 	PathACLs       = "/acls"
 	PathSave       = "/save"
+	PathALUA       = "/alua"
 )
+
+// PortGroup is one target port group as GET /alua reports it (SPC-4
+// §6.37): this gateway's (Local) and the other gateways' it reports.
+type PortGroup struct {
+	Group     uint16   `json:"group"`
+	State     string   `json:"state"` // active/optimized, active/non-optimized, standby, unavailable, transitioning
+	Preferred bool     `json:"preferred,omitempty"`
+	Ports     []uint16 `json:"ports"` // relative target port IDs
+	Local     bool     `json:"local,omitempty"`
+}
+
+// ALUAState is the body of PUT /alua/{group}: the group's new asymmetric
+// access state. Initiators get ASYMMETRIC ACCESS STATE CHANGED.
+type ALUAState struct {
+	State string `json:"state"`
+}
 
 // Session is one channel as GET /sessions reports it. The counters run
 // from the channel's login and are read without stopping the channel, so
