@@ -49,6 +49,7 @@ sweep=()
 run=("$W/bin/sidebyside" -srptd "$W/bin/srptd" -srpctl "$W/bin/srpctl" -dir "$W" -json "$out" "${sweep[@]}" "${args[@]}")
 bound=$("${run[@]}" -print-bound)
 timeout "$((bound + 60))" "${run[@]}"
+if [ -n "$json" ]; then echo "figures written to $json"; fi
 if [ -n "$plot" ]; then
   timeout 120 "$W/bin/benchplot" -out "$plot" "$out"
 fi

@@ -301,10 +301,7 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.jsonPath, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "figures written to %s\n", o.jsonPath)
+		return os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
 	}
 	return nil
 }
