@@ -123,6 +123,7 @@ type channel struct {
 	prePosted  bool                        // the receive ring was posted by AcceptRecv
 	loginTimer *time.Timer                 // bounds the wait for an IU-form login
 	pool       map[int][]rdma.MemoryRegion // free data buffers by size class
+	poolBytes  int                         // bytes in pool
 	inUse      map[rdma.MemoryRegion]struct{}
 
 	events   chan event
@@ -1002,6 +1003,7 @@ func (c *channel) getBuf(n int) (rdma.MemoryRegion, error) {
 	if l := c.pool[class]; len(l) > 0 {
 		mr := l[len(l)-1]
 		c.pool[class] = l[:len(l)-1]
+		c.poolBytes -= class
 		c.inUse[mr] = struct{}{}
 		return mr, nil
 	}
@@ -1028,7 +1030,11 @@ func bufClass(n int) int {
 // beyond Config.MaxDataMemory.
 var errDataMemory = errors.New("port data memory budget (max_data_memory) exhausted")
 
-const poolPerClass = 16
+// maxPoolBytes bounds the free data buffers a channel keeps for reuse, in
+// bytes; within it the channel keeps up to one buffer per request-limit
+// credit in each size class, so that at full queue depth no command
+// allocates and registers a buffer.
+const maxPoolBytes = 32 << 20
 
 // putBuf gives back a buffer from getBuf and its charge against
 // Config.MaxDataMemory.
@@ -1042,8 +1048,9 @@ func (c *channel) putBuf(mr rdma.MemoryRegion) {
 	delete(c.inUse, mr)
 	class := len(mr.Bytes())
 	c.port.releaseData(class)
-	if len(c.pool[class]) < poolPerClass && class <= 1<<20 {
+	if len(c.pool[class]) < c.cfg.RQSize && c.poolBytes+class <= maxPoolBytes {
 		c.pool[class] = append(c.pool[class], mr)
+		c.poolBytes += class
 		return
 	}
 	_ = mr.Deregister()
