@@ -104,6 +104,14 @@ func (e *MiscompareError) Error() string {
 	return fmt.Sprintf("backstore: miscompare at byte %d", e.Offset)
 }
 
+// NonBlocking is implemented by backstores whose reads and writes never
+// wait for a device or the network (memory). NonBlocking reports whether
+// that holds; the SCSI core then runs READ and WRITE on the caller's
+// goroutine instead of handing them to one of its own.
+type NonBlocking interface {
+	NonBlocking() bool
+}
+
 // ErrClosed is returned by operations on a closed backstore.
 var ErrClosed = errors.New("backstore: closed")
 

@@ -90,6 +90,9 @@ func (r *RAM) Resize(size int64) error {
 	return nil
 }
 
+// NonBlocking implements NonBlocking: memory never waits.
+func (r *RAM) NonBlocking() bool { return true }
+
 // ReadAt implements io.ReaderAt.
 func (r *RAM) ReadAt(p []byte, off int64) (int, error) {
 	r.mu.RLock()

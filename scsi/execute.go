@@ -18,26 +18,48 @@ type cmdCtx struct {
 	ent  *opEntry
 	res  Result
 	desc bool // descriptor format sense (control mode page D_SENSE)
+	ro   bool // the nexus's view maps the logical unit read-only
 }
 
 // Execute implements Session. The order of checks follows LIO's
-// target_setup_cmd_from_cdb / target_cmd_parse_cdb: LUN lookup, overlapped
-// tag, unit attention, opcode and CDB validation, task set admission,
-// reservation check, then the command itself.
+// target_setup_cmd_from_cdb / target_cmd_parse_cdb: LUN lookup through the
+// nexus's view (and its read-only mapping), overlapped tag, unit attention,
+// opcode and CDB validation, task set admission, reservation check, then
+// the command itself.
 func (s *session) Execute(ctx context.Context, cmd *Command) Result {
 	cdb := cmd.CDB
-	num, okLUN := DecodeLUN(cmd.LUN)
-	var lu *LogicalUnit
-	if okLUN {
-		lu = s.t.lookup(num)
-	}
+	lu, ro := s.lookup(cmd.LUN)
 	if len(cdb) == 0 {
 		return checkResult(badCDB(0, -1), false)
 	}
 	if lu == nil {
 		return s.executeNoLU(cmd)
 	}
+	if ro && WritesMedium(cdb) {
+		return writeProtected(cmd, lu)
+	}
+	o := lu.cfg.Observer
+	if o == nil {
+		return s.executeLU(ctx, cmd, lu, ro)
+	}
+	o.Started()
+	t0 := s.t.clock.Now()
+	res := s.executeLU(ctx, cmd, lu, ro)
+	o.Finished(&res, s.t.clock.Now().Sub(t0))
+	return res
+}
 
+// writeProtected refuses a medium write through a read-only mapping
+// before the CDB is looked at further, as LIO's transport_lookup_cmd_lun
+// does: no residual is reported.
+func writeProtected(cmd *Command, lu *LogicalUnit) Result {
+	r := checkResult(fail(ReasonWriteProtected), lu.dsense())
+	r.DataOutWanted, r.DataInWanted = len(cmd.DataOut), len(cmd.DataIn)
+	return r
+}
+
+// executeLU runs a command addressed to logical unit lu.
+func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, ro bool) Result {
 	t := &task{sess: s, tag: cmd.Tag, attr: cmd.Attr, ts: &lu.ts}
 	s.mu.Lock()
 	if s.closed {
@@ -58,7 +80,7 @@ func (s *session) Execute(ctx context.Context, cmd *Command) Result {
 	t.knownLU = known
 
 	c := &t.cmdCtx
-	c.ctx, c.s, c.lu, c.cmd, c.cdb = ctx, s, lu, cmd, cdb
+	c.ctx, c.s, c.lu, c.cmd, c.cdb, c.ro = ctx, s, lu, cmd, cmd.CDB, ro
 	c.desc = lu.dsense()
 
 	f, entered, run := s.admit(ctx, t)
@@ -100,6 +122,95 @@ func (s *session) Execute(ctx context.Context, cmd *Command) Result {
 	return res
 }
 
+// Check implements Session: the checks of admit that need no task, in
+// its order, before any data moves.
+func (s *session) Check(cmd *Command) (Result, bool) {
+	cdb := cmd.CDB
+	lu, ro := s.lookup(cmd.LUN)
+	desc := lu != nil && lu.dsense()
+	refuse := func(f failure) (Result, bool) {
+		r := checkResult(f, desc)
+		r.DataOutWanted, r.DataInWanted = -1, -1
+		if lu != nil && lu.cfg.Observer != nil {
+			// A command of the logical unit, answered here.
+			lu.cfg.Observer.Started()
+			lu.cfg.Observer.Finished(&r, 0)
+		}
+		return r, false
+	}
+	if len(cdb) == 0 {
+		return refuse(badCDB(0, -1))
+	}
+	op := cdb[0]
+	if lu == nil {
+		if op == opInquiry || op == opReportLUNs || op == opRequestSense {
+			return Result{DataOutWanted: -1, DataInWanted: -1}, true
+		}
+		return refuse(fail(ReasonLUNNotSupported))
+	}
+	if ro && WritesMedium(cdb) {
+		return refuse(fail(ReasonWriteProtected))
+	}
+	if op == opInquiry || op == opReportLUNs || op == opRequestSense {
+		return Result{DataOutWanted: -1, DataInWanted: -1}, true
+	}
+	s.mu.Lock()
+	_, known := s.seen[lu]
+	if !known {
+		s.seen[lu] = struct{}{} // takeUA creates the nexus's UA entry
+	}
+	s.mu.Unlock()
+	if r := lu.takeUAFast(s.key, known); r != ReasonNone {
+		return refuse(fail(r))
+	}
+	ent, f := s.t.ops.lookup(cdb)
+	if f.failed() {
+		return refuse(f)
+	}
+	if f := ent.validate(cdb); f.failed() {
+		return refuse(f)
+	}
+	if f := s.aluaCheck(cdb); f.failed() {
+		return refuse(f)
+	}
+	if cmd.Attr == TaskACA {
+		return refuse(fail(ReasonInvalidCDBField))
+	}
+	c := cmdCtx{s: s, lu: lu, cmd: cmd, cdb: cdb, ent: ent, desc: desc}
+	if f := lu.checkReservation(&c); f.failed() {
+		return refuse(f)
+	}
+	out, in := lu.transferLengths(cdb)
+	if out >= 0 && out != cmd.DataOutLen {
+		r, _ := refuse(fail(ReasonInvalidCommandIU))
+		r.DataOutWanted = out
+		return r, false
+	}
+	return Result{DataOutWanted: out, DataInWanted: in}, true
+}
+
+// Submit implements Session.
+func (s *session) Submit(ctx context.Context, cmd *Command, c Completer) (Result, bool) {
+	if s.runsInline(cmd) {
+		return s.Execute(ctx, cmd), true
+	}
+	go func() { c.Complete(cmd, s.Execute(ctx, cmd)) }()
+	return Result{}, false
+}
+
+// runsInline reports whether cmd may run on the fabric's goroutine: a
+// SIMPLE READ or WRITE to a logical unit whose backstore never blocks,
+// while no ORDERED or HEAD OF QUEUE task is in its task set (one could
+// still enter before cmd does; cmd then waits for it, which takes no
+// longer than that task's own memory copy).
+func (s *session) runsInline(cmd *Command) bool {
+	if cmd.Attr != TaskSimple || len(cmd.CDB) == 0 || !isReadWrite(cmd.CDB[0]) {
+		return false
+	}
+	lu, _ := s.lookup(cmd.LUN)
+	return lu != nil && lu.nonBlocking && lu.ts.ordered.Load() == 0
+}
+
 // admit runs the checks before a command may execute and enters the task
 // set. entered reports whether t joined the task set (then leave must be
 // called); run whether the command may execute.
@@ -113,6 +224,8 @@ func (s *session) admit(ctx context.Context, t *task) (f failure, entered, run b
 		if !t.knownLU {
 			lu.touch(s.key)
 		}
+	} else if c.cmd.Checked {
+		// Check took the unit attention before the data moved.
 	} else if r := lu.takeUAFast(s.key, t.knownLU); r != ReasonNone {
 		return fail(r), false, false
 	}
@@ -268,11 +381,7 @@ func (s *session) TaskManagementInfo(ctx context.Context, fn TMF, lun uint64, ta
 	default:
 		return TMFNotSupported, info
 	}
-	num, okLUN := DecodeLUN(lun)
-	var lu *LogicalUnit
-	if okLUN {
-		lu = s.t.lookup(num)
-	}
+	lu, _ := s.lookup(lun)
 	if lu == nil {
 		return TMFIncorrectLUN, info
 	}

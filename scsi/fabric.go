@@ -62,6 +62,12 @@ type Command struct {
 	// DataIn is the buffer for data-in (len = bytes the initiator can take).
 	// The core writes at most len(DataIn) bytes into it.
 	DataIn []byte
+	// DataOutLen is the data-out length the initiator described, in bytes
+	// (LIO's data_length of a write), for Check: DataOut is not there yet.
+	DataOutLen int
+	// Checked is set by the fabric when Check accepted the command: its
+	// unit attention check is not repeated.
+	Checked bool
 }
 
 // Result is the outcome of a command.
@@ -134,15 +140,52 @@ type TMFInfoSession interface {
 	TaskManagementInfo(ctx context.Context, fn TMF, lun uint64, taskTag uint64) (TMFResponse, [3]byte)
 }
 
+// Completer receives the result of a command given to Session.Submit that
+// did not complete inline (LIO's queue_data_in / queue_status /
+// aborted_task, as one call: the result says which).
+type Completer interface {
+	// Complete delivers cmd's result. It is called once, from a goroutine
+	// of the core, and must not block for long: a fabric queues the result
+	// to the goroutine that owns the command.
+	Complete(cmd *Command, res Result)
+}
+
 // Session is the core's view of one I_T nexus. A fabric gets one from the
 // core when a login succeeds and closes it when the nexus ends.
 //
-// Execute and TaskManagement may be called concurrently from many goroutines.
+// Check, Execute, Submit and TaskManagement may be called concurrently
+// from many goroutines.
 type Session interface {
+	// Check runs, before the fabric moves any data for cmd, the checks that
+	// can refuse it (LIO target_setup_cmd_from_cdb and
+	// transport_lookup_cmd_lun): the logical unit through the nexus's view,
+	// a read-only mapping, a pending unit attention, the opcode and CDB
+	// fields, the target port group's ALUA state, the data-out length of a WRITE-type command against
+	// cmd.DataOutLen (LIO target_cmd_size_check), the task attribute and
+	// reservations. A refused command gets its final result and ok false:
+	// the fabric answers it without fetching data-out; its DataOutWanted
+	// and DataInWanted are -1 (no residual) except for a data-out length
+	// that disagrees with the CDB. Otherwise ok is true and res.DataOutWanted and
+	// res.DataInWanted hold the transfer lengths the CDB asks for, in
+	// bytes, or -1 where only the command's execution knows them; the
+	// fabric sizes its buffers from them, then passes cmd (with
+	// Command.Checked set) to Submit or Execute, which do not repeat the
+	// checks that consume state (the unit attention). cmd.DataOut and
+	// cmd.DataIn are not used.
+	Check(cmd *Command) (res Result, ok bool)
 	// Execute runs cmd to completion, honouring task attributes, the task set
 	// and reservations. It returns when the command is done or aborted. A
 	// cancelled ctx aborts the command as ABORT TASK would.
 	Execute(ctx context.Context, cmd *Command) Result
+	// Submit starts cmd as Execute would, without blocking the caller on
+	// the backstore or the task set. A data transfer command on a logical
+	// unit whose backstore never blocks (backstore.NonBlocking), with
+	// nothing in the task set it must wait for, runs on the caller's
+	// goroutine: Submit returns its result and inline true. Any other
+	// command runs on a goroutine of the core, which hands the result to
+	// c.Complete; Submit then returns inline false. The fabric keeps cmd
+	// and its buffers until it has the result.
+	Submit(ctx context.Context, cmd *Command, c Completer) (res Result, inline bool)
 	// TaskManagement performs fn on lun. taskTag names the task for ABORT
 	// TASK. It returns after the affected commands have finished.
 	TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTag uint64) TMFResponse

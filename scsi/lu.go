@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gosrp/gosrp/backstore"
 	"github.com/gosrp/gosrp/scsi/pr"
@@ -41,6 +42,9 @@ type LUConfig struct {
 	// ReadOnly makes every medium write fail with DATA PROTECT, WRITE
 	// PROTECTED and sets WP in the MODE SENSE header.
 	ReadOnly bool
+	// Observer, when set, is told of every command addressed to the
+	// logical unit, for statistics.
+	Observer CommandObserver
 	// WriteCache is the initial (default) WCE bit of the caching mode page.
 	// With WCE=0 every write is made durable before GOOD is returned.
 	WriteCache bool
@@ -104,6 +108,9 @@ type LogicalUnit struct {
 	unmapper  backstore.Unmapper // nil unless ThinProvisioning
 	samer     backstore.WriteSamer
 	allocStat backstore.AllocationStatuser
+	// nonBlocking: the backstore never blocks (backstore.NonBlocking), so
+	// READ and WRITE may run on the fabric's goroutine (Session.Submit).
+	nonBlocking bool
 
 	naa      [16]byte
 	serial   string
@@ -196,6 +203,9 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	}
 	if a, ok := cfg.Backstore.(backstore.AllocationStatuser); ok {
 		lu.allocStat = a
+	}
+	if nb, ok := cfg.Backstore.(backstore.NonBlocking); ok {
+		lu.nonBlocking = nb.NonBlocking()
 	}
 	if cfg.MaxTransferBytes == 0 {
 		lu.cfg.MaxTransferBytes = 8 << 20
@@ -477,4 +487,16 @@ func (lu *LogicalUnit) PendingUnitAttentions(n Nexus) []uint16 {
 		out = append(out, uint16(a)<<8|uint16(q))
 	}
 	return out
+}
+
+// CommandObserver is told of the commands a logical unit executes
+// (LUConfig.Observer), for statistics. Its methods are called from the
+// goroutines that run the commands, concurrently.
+type CommandObserver interface {
+	// Started is called when a command addressed to the logical unit
+	// starts executing.
+	Started()
+	// Finished is called with the command's result (Result.Aborted for an
+	// aborted one) and the time since Started.
+	Finished(res *Result, took time.Duration)
 }

@@ -155,7 +155,7 @@ func execModeSense(c *cmdCtx) failure {
 		body = append(body, p...)
 	}
 	devSpecific := byte(0x10) // DPOFUA
-	if lu.cfg.ReadOnly || lu.swp.Load() {
+	if lu.cfg.ReadOnly || lu.swp.Load() || c.ro {
 		devSpecific |= 0x80 // WP
 	}
 	var bd []byte

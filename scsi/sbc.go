@@ -692,3 +692,30 @@ func execGetLBAStatus(c *cmdCtx) failure {
 	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
 	return c.putDataIn(b, alloc)
 }
+
+// isReadWrite reports whether op is READ or WRITE (6, 10, 12 or 16).
+func isReadWrite(op byte) bool {
+	switch op {
+	case opRead6, opRead10, opRead12, opRead16, opWrite6, opWrite10, opWrite12, opWrite16:
+		return true
+	}
+	return false
+}
+
+// transferLengths returns the data-out and data-in bytes a validated CDB
+// asks for, or -1 for a direction whose length only execution knows: READ
+// and WRITE (6, 10, 12, 16) and WRITE AND VERIFY (10, 12, 16) transfer
+// TRANSFER LENGTH logical blocks (SBC-3 §5). A READ asks for no data-out
+// and a WRITE for no data-in.
+func (lu *LogicalUnit) transferLengths(cdb []byte) (out, in int) {
+	switch cdb[0] {
+	case opRead6, opRead10, opRead12, opRead16:
+		_, n, _ := lbaLen(cdb)
+		return 0, int(n) << lu.shift
+	case opWrite6, opWrite10, opWrite12, opWrite16,
+		opWriteAndVerify10, opWriteAndVerify12, opWriteAndVerify16:
+		_, n, _ := lbaLen(cdb)
+		return int(n) << lu.shift, 0
+	}
+	return -1, -1
+}

@@ -241,10 +241,7 @@ func execReportLUNs(c *cmdCtx) failure {
 	}
 	var luns []uint64
 	if sel != 1 {
-		luns = c.s.t.LUNs()
-		if len(luns) == 0 {
-			luns = []uint64{0}
-		}
+		luns = c.s.reportedLUNs()
 	}
 	b := make([]byte, 8+8*len(luns))
 	binary.BigEndian.PutUint32(b, uint32(8*len(luns)))

@@ -226,7 +226,9 @@ func DecodeLUN(field uint64) (n uint64, ok bool) {
 
 // NewSession opens the core's side of I_T nexus n. The session lives until
 // Close. Sessions for the same nexus share its unit attentions.
-func (t *Target) NewSession(n Nexus) Session {
+func (t *Target) NewSession(n Nexus) Session { return t.OpenSession(n, View{}) }
+
+func (t *Target) newSession(n Nexus) *session {
 	s := &session{t: t, nexus: n, key: nexusKey(n), tags: make(map[uint64]*task), seen: make(map[*LogicalUnit]struct{})}
 	t.mu.Lock()
 	t.sessions[s] = struct{}{}
@@ -260,6 +262,11 @@ type session struct {
 	// seen holds the logical units this session reached; their unit
 	// attention entry for the nexus exists (takeUAFast).
 	seen map[*LogicalUnit]struct{}
+
+	// The nexus's view (OpenSession); fixed for the session's life.
+	mapped bool              // view applies (else every LU under its own number)
+	view   map[uint64]uint64 // initiator LUN number → target LUN number
+	ro     map[uint64]bool   // initiator LUN numbers that are read-only
 }
 
 // Close implements Session: outstanding commands are aborted (silently) and

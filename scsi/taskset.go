@@ -3,6 +3,7 @@ package scsi
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // task is one command in a logical unit's task set (SAM-5 §8). It also
@@ -48,8 +49,11 @@ type taskSet struct {
 	seq          uint64
 	n            int // tasks in the set
 	nOrdHoQ      int // ORDERED or HEAD OF QUEUE tasks in the set
-	waiting      int // tasks blocked in enter
-	perNexus     bool
+	// ordered mirrors nOrdHoQ for readers without ts.mu (Submit's inline
+	// decision).
+	ordered  atomic.Int32
+	waiting  int // tasks blocked in enter
+	perNexus bool
 }
 
 func (ts *taskSet) init() { ts.cond.L = &ts.mu }
@@ -161,6 +165,7 @@ func (ts *taskSet) enter(ctx context.Context, t *task) bool {
 	ts.n++
 	if t.attr == TaskOrdered || t.attr == TaskHeadOfQueue {
 		ts.nOrdHoQ++
+		ts.ordered.Store(int32(ts.nOrdHoQ))
 	}
 	if !ts.blockedLocked(t) || t.aborted {
 		t.enabled = !t.aborted
@@ -193,6 +198,7 @@ func (ts *taskSet) leave(t *task) (aborted, report bool) {
 	ts.n--
 	if t.attr == TaskOrdered || t.attr == TaskHeadOfQueue {
 		ts.nOrdHoQ--
+		ts.ordered.Store(int32(ts.nOrdHoQ))
 	}
 	t.finished = true
 	aborted, report = t.aborted, t.reportAborted

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gosrp/gosrp/backstore"
@@ -47,8 +46,7 @@ type daemon struct {
 	dataDir string // "" : none
 	ident   *identity
 
-	core  *scsi.Target
-	stats atomic.Pointer[statsTable]
+	core *scsi.Target
 
 	mu         sync.Mutex
 	cfg        *Config
@@ -94,7 +92,6 @@ func newDaemon(cfg *Config, org origin, dataDir string, ident *identity, out io.
 			log.Error("ALUA groups not set", "err", err)
 		}
 	}
-	d.stats.Store(&statsTable{})
 	// Logged once the ports listen (logDemo): a setup error that stops
 	// srptd must not follow a warning about logins.
 	d.demo, _, _ = d.demoRule()
@@ -258,6 +255,7 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	if sec.Backstore == "rbd" {
 		lc.MaxCompareAndWriteBlocks = 1 // librbd compares and writes one sector
 	}
+	lc.Observer = st.stats
 	lu, err := scsi.NewLogicalUnit(lc)
 	if err != nil {
 		st.release()
@@ -272,9 +270,6 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	if sec.Backstore == "rbd" {
 		st.stopWatch = watchCapacity(lu, capacityPoll, d.log.With("lun", n))
 	}
-	t := maps.Clone(*d.stats.Load())
-	t[n] = st.stats
-	d.stats.Store(&t)
 	d.log.Info("LUN ready", "lun", n, "name", sec.Name, "backstore", sec.Backstore, "path", st.path, "bytes", st.bs.Size(), "serial", st.serial)
 	return nil
 }
@@ -444,9 +439,6 @@ func (d *daemon) detachLUN(n uint64) (*lunState, error) {
 	if err := d.core.RemoveLUN(n); err != nil {
 		return nil, err
 	}
-	t := maps.Clone(*d.stats.Load())
-	delete(t, n)
-	d.stats.Store(&t)
 	delete(d.luns, n)
 	d.cfg.LUNs = slices.DeleteFunc(d.cfg.LUNs, func(l LUNSection) bool { return *l.LUN == n })
 	return st, nil
@@ -573,7 +565,7 @@ func (d *daemon) startPorts(ctx context.Context) error {
 		tc.RelativePort = d.cfg.ALUA.relativePort(i)
 		tc.TargetPortName = targetPortName(dev, pc)
 		tc.Logger = plog
-		p, err := target.NewPort(tc, dev, coreAdapter{t: d.core, stats: &d.stats})
+		p, err := target.NewPort(tc, dev, coreAdapter{t: d.core})
 		if err != nil {
 			return fmt.Errorf("port[%d]: %w", i, err)
 		}
@@ -726,15 +718,14 @@ func closeStore(bs backstore.Backstore, log *slog.Logger) {
 	}
 }
 
-// coreAdapter opens SCSI core sessions for the SRP target, counting their
-// commands per logical unit.
+// coreAdapter opens SCSI core sessions for the SRP target, each through its
+// initiator's view (the ACL's LUN mapping and read-only LUNs).
 type coreAdapter struct {
-	t     *scsi.Target
-	stats *atomic.Pointer[statsTable]
+	t *scsi.Target
 }
 
-func (a coreAdapter) OpenSession(n scsi.Nexus) (scsi.Session, error) {
-	return countingSession{Session: a.t.NewSession(n), stats: a.stats}, nil
+func (a coreAdapter) OpenSession(n scsi.Nexus, v scsi.View) (scsi.Session, error) {
+	return a.t.OpenSession(n, v), nil
 }
 
 // canDeallocate reports whether bs can unmap blocks (the default of a LUN's

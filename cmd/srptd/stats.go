@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"sync/atomic"
 	"time"
 
@@ -98,31 +97,11 @@ func (s *lunStats) histogram() (map[float64]uint64, uint64, float64) {
 	return m, s.commands.Load(), float64(s.latencyNs.Load()) / 1e9
 }
 
-// statsTable maps target LUN numbers to their counters; replaced whole on
-// LUN add and remove, read on every command.
-type statsTable = map[uint64]*lunStats
+// Started implements scsi.CommandObserver.
+func (s *lunStats) Started() { s.inflight.Add(1) }
 
-// countingSession counts the commands of a core session per logical unit.
-// It sits below the ACL LUN mapping, so it sees target LUN numbers.
-type countingSession struct {
-	scsi.Session
-	stats *atomic.Pointer[statsTable]
-}
-
-// Execute implements scsi.Session.
-func (s countingSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Result {
-	n, ok := scsi.DecodeLUN(cmd.LUN)
-	var st *lunStats
-	if ok {
-		st = (*s.stats.Load())[n]
-	}
-	if st == nil {
-		return s.Session.Execute(ctx, cmd)
-	}
-	st.inflight.Add(1)
-	t0 := time.Now()
-	res := s.Session.Execute(ctx, cmd)
-	st.record(&res, time.Since(t0))
-	st.inflight.Add(-1)
-	return res
+// Finished implements scsi.CommandObserver.
+func (s *lunStats) Finished(res *scsi.Result, took time.Duration) {
+	s.record(res, took)
+	s.inflight.Add(-1)
 }

@@ -3,12 +3,132 @@ package target
 import (
 	"encoding/binary"
 	"errors"
-	"time"
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
 	"github.com/gosrp/gosrp/srp"
 )
+
+// command is one SRP_CMD in progress. Commands are reused (channel.cmdFree):
+// gen tells a reference taken before a reuse from one to the new command.
+type command struct {
+	ch      *channel
+	gen     uint32
+	slot    int // receive slot holding the IU
+	send    int // send context for the SRP_RSP
+	tag     uint64
+	lun     uint64
+	attr    scsi.TaskAttr
+	cdb     []byte
+	state   cmdState
+	aborted bool
+	waiters []*tmfOp // TMFs waiting for this command to finish
+
+	iu   srp.Cmd      // the decoded SRP_CMD (its descriptor lists are reused)
+	sc   scsi.Command // what the SCSI core sees
+	sges []rdma.SGE   // local halves of the RDMA READs or WRITEs
+	wrs  []rdma.SendWR
+	// fetch is how many bytes of data-out to fetch: the descriptors' total,
+	// or less when the CDB asks for less (Session.Check).
+	fetch int
+
+	out, in     []srp.DirectBuf // data-out / data-in descriptors
+	outLen      int             // data-out buffer length, bytes
+	inLen       int             // data-in buffer length, bytes
+	dataOut     []byte
+	dataIn      []byte
+	outMR, inMR rdma.MemoryRegion
+	tableMR     rdma.MemoryRegion // external descriptor table being fetched
+	tableFor    int               // descriptors expected in the external table
+	tableOut    bool              // the table is the data-out list
+	readsLeft   int
+	readErr     bool
+}
+
+type cmdState uint8
+
+const (
+	cmdNew      cmdState = iota
+	cmdNeedData          // waiting for RDMA READs (data-out or descriptor table)
+	cmdExec              // in the SCSI core
+	cmdRspSent           // SRP_RSP posted
+)
+
+type readOp struct {
+	cmd *command
+	gen uint32
+	wr  rdma.SendWR
+}
+
+// cmdRef names a command as it was when the reference was taken.
+type cmdRef struct {
+	cmd *command
+	gen uint32
+}
+
+func (r cmdRef) live() bool { return r.cmd.gen == r.gen }
+
+// newCommand returns a command (reused when one is free) for the IU in
+// receive slot slot, answered from send context send.
+func (c *channel) newCommand(slot, send int) *command {
+	var cmd *command
+	if n := len(c.cmdFree); n > 0 {
+		cmd = c.cmdFree[n-1]
+		c.cmdFree = c.cmdFree[:n-1]
+	} else {
+		cmd = &command{ch: c}
+	}
+	cmd.slot, cmd.send = slot, send
+	return cmd
+}
+
+// Complete implements scsi.Completer: the core's result of a command it
+// ran on a goroutine of its own goes to the channel's loop.
+func (cmd *command) Complete(_ *scsi.Command, res scsi.Result) {
+	cmd.ch.events <- event{cmd: cmd, res: res}
+}
+
+// done with one command or TMF: repost its receive buffer and free its send
+// context.
+func (c *channel) freeCommand(cmd *command) {
+	if c.cmds[cmd.tag] == cmd {
+		delete(c.cmds, cmd.tag)
+	}
+	c.putBuf(cmd.outMR)
+	c.putBuf(cmd.inMR)
+	c.putBuf(cmd.tableMR)
+	cmd.outMR, cmd.inMR, cmd.tableMR = nil, nil, nil
+	c.postRecv(cmd.slot)
+	c.freeSendCtx(cmd.send)
+	for _, t := range cmd.waiters {
+		t.waitFor--
+		if t.waitFor == 0 {
+			c.tmfReady(t)
+		}
+	}
+	cmd.waiters = cmd.waiters[:0]
+	cmd.recycle()
+	c.cmdFree = append(c.cmdFree, cmd)
+	c.runWait()
+	c.maybeCredReq()
+}
+
+// recycle clears cmd for its next use, keeping the capacity of its lists.
+func (cmd *command) recycle() {
+	cmd.gen++
+	cmd.tag, cmd.lun, cmd.attr, cmd.cdb = 0, 0, 0, nil
+	cmd.state, cmd.aborted = cmdNew, false
+	cmd.sc = scsi.Command{}
+	clear(cmd.sges)
+	cmd.sges = cmd.sges[:0]
+	clear(cmd.wrs)
+	cmd.wrs = cmd.wrs[:0]
+	cmd.out, cmd.in = cmd.out[:0], cmd.in[:0]
+	cmd.outLen, cmd.inLen, cmd.fetch = 0, 0, 0
+	cmd.dataOut, cmd.dataIn = nil, nil
+	cmd.tableFor, cmd.tableOut = 0, false
+	cmd.readsLeft, cmd.readErr = 0, false
+}
 
 // SCSI status codes and sense used by the fabric itself (SAM-5 §5.3.1,
 // SPC-4 §4.5.6 table 28).
@@ -45,10 +165,13 @@ var senseInvalidFieldInCDB = fixedSense(0x05, 0x24, 0x00)
 // (0B/4E/00; SAM-5 §5.9): a new command reused the tag of an outstanding one.
 var senseOverlapped = fixedSense(0x0b, 0x4e, 0x00)
 
-// startCmd decodes an SRP_CMD and starts moving its data.
+// startCmd decodes an SRP_CMD, has the core check it, and starts moving
+// its data (LIO's order: target_submit_cmd checks the command before the
+// fabric's write_pending fetches data-out, so a refused command moves no
+// data).
 func (c *channel) startCmd(slot, send int, b []byte) {
-	cmd := &command{slot: slot, send: send}
-	var iu srp.Cmd
+	cmd := c.newCommand(slot, send)
+	iu := &cmd.iu
 	imm := c.immOffset
 	if imm == 0 {
 		imm = srp.DefaultImmDataOffset
@@ -77,36 +200,58 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 		return
 	}
 	c.cmds[cmd.tag] = cmd
-	if bad := c.checkData(cmd, &iu); bad != "" {
+	if bad := c.checkData(cmd, iu); bad != "" {
 		c.stats.errors.Add(1)
 		c.log.Warn("rejecting SRP_CMD data descriptors", "tag", cmd.tag, "why", bad)
 		c.respond(cmd, statusCheckCondition, senseInvalidFieldInCDB, 0, 0)
 		return
 	}
+	sc := &cmd.sc
+	sc.Tag, sc.LUN, sc.CDB, sc.Attr, sc.DataOutLen = cmd.tag, cmd.lun, cmd.cdb, cmd.attr, cmd.outLen
+	res, ok := c.nx.sess.Check(sc)
+	if !ok {
+		// Refused before any data moved: residuals only where the core
+		// compared the lengths.
+		flags, outRes, inRes := cmd.residuals(res.DataOutWanted, res.DataInWanted, 0)
+		c.respondWith(cmd, res.Status, res.Sense, flags, outRes, inRes, cmd.wrs[:0])
+		return
+	}
+	sc.Checked = true
+	// Buffers are sized from the CDB where it gives the length, never
+	// beyond what the initiator described.
+	inBuf := cmd.inLen
+	if w := res.DataInWanted; w >= 0 && w < inBuf {
+		inBuf = w
+	}
+	cmd.fetch = cmd.outLen
+	if w := res.DataOutWanted; w >= 0 && w < cmd.fetch {
+		cmd.fetch = w
+	}
 	var err error
-	if cmd.inLen > 0 {
-		if cmd.inMR, err = c.getBuf(cmd.inLen); err != nil {
+	if inBuf > 0 {
+		if cmd.inMR, err = c.getBuf(inBuf); err != nil {
 			c.busy(cmd, err)
 			return
 		}
-		cmd.dataIn = cmd.inMR.Bytes()[:cmd.inLen]
+		cmd.dataIn = cmd.inMR.Bytes()[:inBuf]
 	}
 	switch iu.DataOut.Format {
 	case srp.DescImm:
-		cmd.dataOut = iu.ImmData
-		cmd.outLen = len(iu.ImmData)
+		cmd.dataOut = iu.ImmData[:cmd.fetch]
 	case srp.DescDirect, srp.DescIndirect:
-		if cmd.outMR, err = c.getBuf(cmd.outLen); err != nil {
-			c.busy(cmd, err)
-			return
+		if cmd.fetch > 0 {
+			if cmd.outMR, err = c.getBuf(cmd.fetch); err != nil {
+				c.busy(cmd, err)
+				return
+			}
+			cmd.dataOut = cmd.outMR.Bytes()[:cmd.fetch]
 		}
-		cmd.dataOut = cmd.outMR.Bytes()[:cmd.outLen]
 	}
-	if ext := &iu.DataOut; ext.External() {
+	if ext := &iu.DataOut; ext.External() && cmd.fetch > 0 {
 		c.fetchTable(cmd, ext, true)
 		return
 	}
-	if ext := &iu.DataIn; ext.External() {
+	if ext := &iu.DataIn; ext.External() && inBuf > 0 {
 		c.fetchTable(cmd, ext, false)
 		return
 	}
@@ -159,13 +304,20 @@ func (c *channel) fetchTable(cmd *command, d *srp.DataBuf, out bool) {
 	cmd.tableMR, cmd.tableOut = mr, out
 	cmd.tableFor = n / srp.DirectBufSize
 	cmd.state = cmdNeedData
-	c.queueReads(cmd, mr, []srp.DirectBuf{d.Table})
+	cmd.out, cmd.in = cmd.out[:0], cmd.in[:0]
+	if out {
+		cmd.out = append(cmd.out, d.Table)
+		c.queueReads(cmd, mr, cmd.out, n)
+	} else {
+		cmd.in = append(cmd.in, d.Table)
+		c.queueReads(cmd, mr, cmd.in, n)
+	}
 }
 
 // onTable parses a fetched descriptor table.
 func (c *channel) onTable(cmd *command) {
 	tb := cmd.tableMR.Bytes()
-	descs := make([]srp.DirectBuf, cmd.tableFor)
+	descs := make([]srp.DirectBuf, cmd.tableFor) // rare: external tables
 	var sum uint64
 	for i := range descs {
 		p := tb[i*srp.DirectBufSize:]
@@ -191,32 +343,42 @@ func (c *channel) onTable(cmd *command) {
 	c.fetchDataOut(cmd)
 }
 
-// fetchDataOut queues the RDMA READs of the data-out buffer, or executes at
-// once when there is nothing to read.
+// fetchDataOut queues the RDMA READs of the data-out bytes to fetch, or
+// executes at once when there is nothing to read.
 func (c *channel) fetchDataOut(cmd *command) {
-	if cmd.outMR == nil || cmd.outLen == 0 {
+	if cmd.outMR == nil || cmd.fetch == 0 {
 		c.execute(cmd)
 		return
 	}
 	cmd.state = cmdNeedData
-	c.queueReads(cmd, cmd.outMR, cmd.out)
+	c.queueReads(cmd, cmd.outMR, cmd.out, cmd.fetch)
 }
 
-// queueReads splits descs into RDMA READs of at most MaxRDMASize bytes into
-// mr, in order.
-func (c *channel) queueReads(cmd *command, mr rdma.MemoryRegion, descs []srp.DirectBuf) {
+// queueReads splits the first limit bytes of descs into RDMA READs of at
+// most MaxRDMASize bytes into mr, in order.
+func (c *channel) queueReads(cmd *command, mr rdma.MemoryRegion, descs []srp.DirectBuf, limit int) {
 	off := 0
+	cmd.sges = cmd.sges[:0]
 	for _, d := range descs {
-		for done := 0; done < int(d.Len); {
-			n := min(int(d.Len)-done, c.cfg.MaxRDMASize)
-			c.readQ = append(c.readQ, &readOp{cmd: cmd, wr: rdma.SendWR{
+		for done := 0; done < int(d.Len) && off < limit; {
+			n := min(int(d.Len)-done, c.cfg.MaxRDMASize, limit-off)
+			cmd.sges = append(cmd.sges, rdma.SGE{MR: mr, Offset: off, Length: n})
+			off += n
+			done += n
+		}
+	}
+	// A second pass, once cmd.sges no longer moves: each READ's local half.
+	k := 0
+	for _, d := range descs {
+		for done := 0; done < int(d.Len) && k < len(cmd.sges); k++ {
+			n := cmd.sges[k].Length
+			c.readQ.push(readOp{cmd: cmd, gen: cmd.gen, wr: rdma.SendWR{
 				Op:       rdma.OpRDMARead,
-				Local:    []rdma.SGE{{MR: mr, Offset: off, Length: n}},
+				Local:    cmd.sges[k : k+1 : k+1],
 				Remote:   rdma.RemoteAddr{Addr: d.VA + uint64(done), RKey: d.Key},
 				Signaled: true,
 			}})
 			cmd.readsLeft++
-			off += n
 			done += n
 		}
 	}
@@ -254,23 +416,26 @@ func (c *channel) afterReads(cmd *command) {
 	}
 }
 
-// execute hands the command to the SCSI core in its own goroutine, so the
-// receive path never waits for the backstore. Concurrency is bounded by the
-// receive ring (each command holds its receive slot until it completes).
+// execute hands the command to the SCSI core (Session.Submit): a command
+// the core can finish without blocking completes here, any other on a
+// goroutine of the core that reports back through the loop's events, so
+// the receive path never waits for the backstore. Concurrency is bounded
+// by the receive ring (each command holds its receive slot until it
+// completes).
 func (c *channel) execute(cmd *command) {
 	if c.state != stateLive {
 		c.freeCommand(cmd)
 		return
 	}
 	cmd.state = cmdExec
-	c.executing++
 	c.stats.writeBytes.Add(uint64(len(cmd.dataOut)))
-	sc := &scsi.Command{Tag: cmd.tag, LUN: cmd.lun, CDB: cmd.cdb, Attr: cmd.attr, DataOut: cmd.dataOut, DataIn: cmd.dataIn}
-	sess, ctx := c.nx.sess, c.ctx
-	go func() {
-		res := sess.Execute(ctx, sc)
-		c.events <- event{cmd: cmd, res: res}
-	}()
+	cmd.sc.DataOut, cmd.sc.DataIn = cmd.dataOut, cmd.dataIn
+	res, inline := c.nx.sess.Submit(c.ctx, &cmd.sc, cmd)
+	if inline {
+		c.onExecuted(cmd, res)
+		return
+	}
+	c.executing++
 }
 
 // onExecuted turns a SCSI result into RDMA WRITEs and an SRP_RSP.
@@ -284,35 +449,17 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 		c.freeCommand(cmd)
 		return
 	}
-	var flags srp.RspFlags
-	var outRes, inRes uint32
-	// Residuals compare the descriptor total with the CDB's transfer length
-	// (SAM-5 §5.4; LIO target_cmd_size_check: wanted > buffer is an
-	// overflow, wanted < buffer an underflow).
-	if res.DataOutWanted > cmd.outLen {
-		flags |= srp.DataOutOver
-		outRes = uint32(res.DataOutWanted - cmd.outLen)
-	} else if res.DataOutWanted < cmd.outLen {
-		flags |= srp.DataOutUnder
-		outRes = uint32(cmd.outLen - res.DataOutWanted)
-	}
 	n := min(max(res.DataInLen, 0), cmd.inLen)
-	if res.DataInWanted > cmd.inLen {
-		flags |= srp.DataInOver
-		inRes = uint32(res.DataInWanted - cmd.inLen)
-	} else if n < cmd.inLen {
-		flags |= srp.DataInUnder
-		inRes = uint32(cmd.inLen - n)
-	}
+	flags, outRes, inRes := cmd.residuals(res.DataOutWanted, res.DataInWanted, n)
 	c.stats.readBytes.Add(uint64(n))
-	var writes []rdma.SendWR
+	cmd.sges, cmd.wrs = cmd.sges[:0], cmd.wrs[:0]
 	left, off := n, 0
 	for _, d := range cmd.in {
 		for done := 0; done < int(d.Len) && left > 0; {
 			k := min(int(d.Len)-done, c.cfg.MaxRDMASize, left)
-			writes = append(writes, rdma.SendWR{
+			cmd.sges = append(cmd.sges, rdma.SGE{MR: cmd.inMR, Offset: off, Length: k})
+			cmd.wrs = append(cmd.wrs, rdma.SendWR{
 				Op:     rdma.OpRDMAWrite,
-				Local:  []rdma.SGE{{MR: cmd.inMR, Offset: off, Length: k}},
 				Remote: rdma.RemoteAddr{Addr: d.VA + uint64(done), RKey: d.Key},
 			})
 			off += k
@@ -320,7 +467,36 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 			left -= k
 		}
 	}
-	c.respondWith(cmd, res.Status, res.Sense, flags, outRes, inRes, writes)
+	for i := range cmd.wrs {
+		cmd.wrs[i].Local = cmd.sges[i : i+1 : i+1]
+	}
+	c.respondWith(cmd, res.Status, res.Sense, flags, outRes, inRes, cmd.wrs)
+}
+
+// residuals compares the descriptor totals with the CDB's transfer
+// lengths (SAM-5 §5.4; LIO target_cmd_size_check: wanted > buffer is an
+// overflow, wanted < buffer an underflow); a negative wanted length
+// reports nothing. n is the data-in bytes returned.
+func (cmd *command) residuals(outWanted, inWanted, n int) (flags srp.RspFlags, outRes, inRes uint32) {
+	switch {
+	case outWanted < 0:
+	case outWanted > cmd.outLen:
+		flags |= srp.DataOutOver
+		outRes = uint32(outWanted - cmd.outLen)
+	case outWanted < cmd.outLen:
+		flags |= srp.DataOutUnder
+		outRes = uint32(cmd.outLen - outWanted)
+	}
+	switch {
+	case inWanted < 0:
+	case inWanted > cmd.inLen:
+		flags |= srp.DataInOver
+		inRes = uint32(inWanted - cmd.inLen)
+	case n < cmd.inLen:
+		flags |= srp.DataInUnder
+		inRes = uint32(cmd.inLen - n)
+	}
+	return flags, outRes, inRes
 }
 
 // busy answers a command the target lacks a data buffer for, in an
@@ -338,7 +514,7 @@ func (c *channel) busy(cmd *command, err error) {
 }
 
 func (c *channel) respond(cmd *command, status byte, sense []byte, outRes, inRes uint32) {
-	c.respondWith(cmd, status, sense, 0, outRes, inRes, nil)
+	c.respondWith(cmd, status, sense, 0, outRes, inRes, cmd.wrs[:0])
 }
 
 // respondWith builds the SRP_RSP in the command's send context (ib_srpt
@@ -376,186 +552,5 @@ func (c *channel) respondWith(cmd *command, status byte, sense []byte, flags srp
 		c.freeCommand(cmd)
 		return
 	}
-	c.queueSend(cmd.send, len(b), false, &wrRec{kind: wrRsp, cmd: cmd, send: cmd.send}, writes)
-}
-
-// startTMF handles an SRP_TSK_MGMT (T10 SRP r16a §6.7; ib_srpt
-// srpt_handle_tsk_mgmt).
-func (c *channel) startTMF(slot, send int, b []byte) {
-	t := &tmfOp{slot: slot, send: send}
-	if err := t.tm.Unmarshal(b); err != nil {
-		if len(b) < 16 {
-			c.stats.errors.Add(1)
-			c.log.Warn("truncated SRP_TSK_MGMT dropped", "len", len(b))
-			c.cred.release()
-			c.freeTMF(t)
-			return
-		}
-		t.tm.Tag = binary.BigEndian.Uint64(b[8:16])
-		c.stats.errors.Add(1)
-		c.log.Warn("malformed SRP_TSK_MGMT", "tag", t.tm.Tag, "err", err)
-		t.code = srp.TMFRspInvalidIU
-		c.sendTMFRsp(t)
-		return
-	}
-	switch t.tm.Func {
-	case srp.TMFAbortTask, srp.TMFAbortTaskSet, srp.TMFClearTaskSet, srp.TMFLUNReset, srp.TMFClearACA:
-	default:
-		t.code = srp.TMFRspNotSupported
-		c.sendTMFRsp(t)
-		return
-	}
-	c.log.Debug("task management", "fn", t.tm.Func, "lun", t.tm.LUN, "task", t.tm.TaskTag)
-	// Commands still fetching data (or their descriptor table) are not yet
-	// in the core: abort them here, and ask the core once they finished.
-	for _, cmd := range c.cmds {
-		if cmd.state != cmdNeedData || cmd.aborted {
-			continue
-		}
-		hit := false
-		switch t.tm.Func {
-		case srp.TMFAbortTask:
-			hit = cmd.tag == t.tm.TaskTag && cmd.lun == t.tm.LUN
-		case srp.TMFAbortTaskSet, srp.TMFClearTaskSet, srp.TMFLUNReset:
-			hit = cmd.lun == t.tm.LUN
-		}
-		if hit {
-			cmd.aborted = true
-			cmd.waiters = append(cmd.waiters, t)
-			t.waitFor++
-			if t.tm.Func == srp.TMFAbortTask {
-				t.local = true
-			}
-		}
-	}
-	if t.waitFor == 0 {
-		c.tmfReady(t)
-	}
-}
-
-// tmfReady runs the TMF in the core once no command it aborts is still
-// fetching data. An ABORT TASK whose task was fetching data is complete
-// without asking the core.
-func (c *channel) tmfReady(t *tmfOp) {
-	if c.state != stateLive {
-		c.freeTMF(t)
-		return
-	}
-	if t.local {
-		t.code = srp.TMFRspComplete
-		c.sendTMFRsp(t)
-		return
-	}
-	// The commands of this channel in the core that the TMF may abort. If
-	// the core reports FUNCTION COMPLETE, those that have not answered yet
-	// must not answer: their result may still be on its way to the loop,
-	// behind the TMF's (see onTMFDone).
-	for _, cmd := range c.cmds {
-		if cmd.state == cmdExec && cmd.lun == t.tm.LUN &&
-			(t.tm.Func != srp.TMFAbortTask || cmd.tag == t.tm.TaskTag) {
-			t.targets = append(t.targets, cmd)
-		}
-	}
-	c.executing++
-	sess, ctx := c.nx.sess, c.ctx
-	go func() {
-		r := sess.TaskManagement(ctx, scsi.TMF(t.tm.Func), t.tm.LUN, t.tm.TaskTag)
-		t.code = uint8(r)
-		c.events <- event{tmf: t}
-	}()
-}
-
-// onTMFDone handles the core's answer to a TMF. After FUNCTION COMPLETE
-// the initiator holds the aborted commands dead (SAM-5 §7.2), so those of
-// its targets whose results have not been answered yet are dropped when
-// they arrive (their credit rides on a later response) rather than
-// answered after the TMF's response.
-func (c *channel) onTMFDone(t *tmfOp) {
-	if t.code == srp.TMFRspComplete && t.tm.Func != srp.TMFClearACA {
-		for _, cmd := range t.targets {
-			if cmd.state == cmdExec {
-				cmd.aborted = true
-			}
-		}
-	}
-	t.targets = nil
-	c.sendTMFRsp(t)
-}
-
-// sendTMFRsp sends the TMF's SRP_RSP: RSPVALID, resp_data_len 4, the
-// response code in byte 3 of the response data (ib_srpt
-// srpt_build_tskmgmt_rsp).
-func (c *channel) sendTMFRsp(t *tmfOp) {
-	if c.state != stateLive {
-		c.freeTMF(t)
-		return
-	}
-	rsp := srp.Rsp{
-		ReqLimDelta: uint32(c.cred.response()),
-		Tag:         t.tm.Tag,
-		Flags:       srp.RspValid,
-		RespData:    []byte{0, 0, 0, t.code},
-	}
-	b, err := rsp.AppendTo(c.sendSlot(t.send)[:0])
-	if err != nil {
-		c.freeTMF(t)
-		return
-	}
-	c.queueSend(t.send, len(b), false, &wrRec{kind: wrTMFRsp, tmf: t, send: t.send}, nil)
-}
-
-// onLoginIU handles the first IU of a connection accepted without private
-// data: it must be a 64-byte SRP_LOGIN_REQ, answered with an SRP_LOGIN_RSP
-// or an SRP_LOGIN_REJ (then the channel closes) in a SEND.
-func (c *channel) onLoginIU(slot int) {
-	b := c.iu(slot)
-	var reason srp.RejectReason
-	var tag uint64
-	lr, err := srp.UnmarshalLoginRequest(b)
-	var pl *pendingLogin
-	if err != nil {
-		c.log.Warn("first IU is not a login", "err", err)
-		reason = srp.RejUnableEstablishChannel
-		if len(b) >= 16 {
-			tag = binary.BigEndian.Uint64(b[8:16])
-		}
-	} else {
-		tag = lr.Tag
-		pl, reason = c.port.prepareLogin(lr, c.conn.RemoteAddr(), c, c.log)
-	}
-	i := c.cfg.RQSize + sendLogout
-	if reason != 0 {
-		c.log.Info("login rejected", "reason", reason)
-		iu := rejectIU(tag, reason)
-		n := copy(c.sendSlot(i), iu)
-		c.transition(evLogout)
-		c.pendClose = true
-		c.queueSend(i, n, false, &wrRec{kind: wrLogout, send: -1}, nil)
-		c.armLogoutTimer()
-		return
-	}
-	c.port.mu.Lock()
-	pl.attachLocked(c)
-	c.port.mu.Unlock()
-	c.maxTI = int(lr.ReqITIULen)
-	c.loginFlags = lr.ReqFlags
-	c.immOffset = pl.immOffset
-	if c.immOffset > 0 && c.immOffset != srp.DefaultImmDataOffset {
-		c.log.Debug("immediate data will not be 512-byte aligned (receive ring set up before the login)", "offset", c.immOffset)
-	}
-	rsp := c.loginResponse(lr.Tag, pl.rspFlags)
-	n := copy(c.sendSlot(i), rsp)
-	c.queueSend(i, n, false, &wrRec{kind: wrWrites, send: -1}, nil)
-	c.postRecv(slot)
-	c.port.closeTerminated(pl)
-	c.transition(evEstablished)
-}
-
-func (c *channel) armLogoutTimer() {
-	time.AfterFunc(c.cfg.LogoutTimeout, func() {
-		select {
-		case c.events <- event{tick: true}:
-		case <-c.done:
-		}
-	})
+	c.queueSend(cmd.send, len(b), false, wrRec{kind: wrRsp, cmd: cmd, send: cmd.send}, writes)
 }

@@ -81,6 +81,17 @@ type fakeCore struct {
 	running  map[uint64]context.CancelFunc
 	hook     func(ctx context.Context, cmd *scsi.Command) (scsi.Result, bool)
 	nexus    []scsi.Nexus
+	views    []scsi.View // the view of each OpenSession, in order
+}
+
+// lastView returns the view of the most recent OpenSession.
+func (f *fakeCore) lastView() scsi.View {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.views) == 0 {
+		return scsi.View{}
+	}
+	return f.views[len(f.views)-1]
 }
 
 func (f *fakeCore) setHook(h func(ctx context.Context, cmd *scsi.Command) (scsi.Result, bool)) {
@@ -93,15 +104,27 @@ func newFakeCore() *fakeCore {
 	return &fakeCore{mem: make([]byte, 4<<20), running: map[uint64]context.CancelFunc{}}
 }
 
-func (f *fakeCore) OpenSession(n scsi.Nexus) (scsi.Session, error) {
+func (f *fakeCore) OpenSession(n scsi.Nexus, v scsi.View) (scsi.Session, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.opened++
 	f.nexus = append(f.nexus, n)
+	f.views = append(f.views, v)
 	return &fakeSession{f: f}, nil
 }
 
 type fakeSession struct{ f *fakeCore }
+
+// Check accepts every command; the fake core knows no transfer lengths.
+func (s *fakeSession) Check(*scsi.Command) (scsi.Result, bool) {
+	return scsi.Result{DataOutWanted: -1, DataInWanted: -1}, true
+}
+
+// Submit runs every command on a goroutine of its own.
+func (s *fakeSession) Submit(ctx context.Context, cmd *scsi.Command, c scsi.Completer) (scsi.Result, bool) {
+	go func() { c.Complete(cmd, s.Execute(ctx, cmd)) }()
+	return scsi.Result{}, false
+}
 
 func (s *fakeSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Result {
 	f := s.f
@@ -196,23 +219,37 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	if dl, ok := t.Deadline(); ok {
 		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-5*time.Second))
 	}
-	return setupEnv(t, ctx, cancel, mod)
+	return setupEnv(t, ctx, cancel, mod, nil)
+}
+
+// newEnvCore is newEnv over core instead of the fake core.
+func newEnvCore(t *testing.T, mod func(*Config), core Core) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	if dl, ok := t.Deadline(); ok {
+		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-5*time.Second))
+	}
+	return setupEnv(t, ctx, cancel, mod, core)
 }
 
 func newEnvB(b *testing.B) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	return setupEnv(b, ctx, cancel, nil)
+	return setupEnv(b, ctx, cancel, nil, nil)
 }
 
-func setupEnv(t testing.TB, ctx context.Context, cancel context.CancelFunc, mod func(*Config)) *env {
+func setupEnv(t testing.TB, ctx context.Context, cancel context.CancelFunc, mod func(*Config), core Core) *env {
 	nw := loopback.NewNetwork()
 	tdev := nw.NewDevice("target")
-	e := &env{t: t, nw: nw, tdev: tdev, dev: &trackDev{Device: tdev}, core: newFakeCore(), addr: "srpt", ctx: ctx}
+	e := &env{t: t, nw: nw, tdev: tdev, dev: &trackDev{Device: tdev}, addr: "srpt", ctx: ctx}
+	if core == nil {
+		e.core = newFakeCore()
+		core = e.core
+	}
 	cfg := Config{ServiceGUID: testGUID, DemoMode: true, RQSize: 16, SQSize: 64, Logger: testLogger(t)}
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := NewPort(cfg, e.dev, e.core)
+	p, err := NewPort(cfg, e.dev, core)
 	if err != nil {
 		t.Fatal(err)
 	}

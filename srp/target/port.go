@@ -21,10 +21,10 @@ import (
 // Core is the SCSI target core as the SRP target uses it: one session per
 // I_T nexus.
 type Core interface {
-	// OpenSession opens the core's view of nexus n. An error refuses the
-	// login (LOGIN_REJ 0x10006). The port applies the ACL's LUN mapping on
-	// top (MapLUNs).
-	OpenSession(n scsi.Nexus) (scsi.Session, error)
+	// OpenSession opens the core's session of nexus n, which sees the
+	// logical units through v (the ACL's LUN mapping and read-only LUNs).
+	// An error refuses the login (LOGIN_REJ 0x10006).
+	OpenSession(n scsi.Nexus, v scsi.View) (scsi.Session, error)
 }
 
 // ErrPortClosed is returned by Serve after Close.
@@ -511,15 +511,11 @@ func (p *Port) prepareLogin(lr *srp.LoginRequest, remote net.Addr, self *channel
 			TargetPortName:     p.cfg.TargetPortName,
 			TransportID:        transportID(lr.InitiatorPortID),
 		}
-		sess, err := p.core.OpenSession(nexusID)
+		sess, err := p.core.OpenSession(nexusID, scsi.View{LUNs: view.luns, ReadOnly: view.ro})
 		if err != nil {
 			log.Warn("SCSI session refused", "initiator", key, "err", err)
 			return nil, srp.RejChannelLimitReached
 		}
-		if view.luns != nil {
-			sess = MapLUNs(sess, view.luns)
-		}
-		sess = ReadOnlyLUNs(sess, view.ro)
 		nx = &nexus{key: key, initiator: lr.InitiatorPortID, sess: sess, view: view}
 		p.nexuses[key] = nx
 		pl.newSession = true

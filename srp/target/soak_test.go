@@ -21,7 +21,9 @@ import (
 // scsiCore adapts the SCSI target core to Core.
 type scsiCore struct{ t *scsi.Target }
 
-func (c scsiCore) OpenSession(n scsi.Nexus) (scsi.Session, error) { return c.t.NewSession(n), nil }
+func (c scsiCore) OpenSession(n scsi.Nexus, v scsi.View) (scsi.Session, error) {
+	return c.t.OpenSession(n, v), nil
+}
 
 // Soak geometry: each channel owns soakSlots regions of soakSlotBlocks
 // 512-byte blocks; a command owns one region while in flight.

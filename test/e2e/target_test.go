@@ -36,8 +36,8 @@ type core struct {
 	syncs *atomic.Int64
 }
 
-func (c core) OpenSession(n scsi.Nexus) (scsi.Session, error) {
-	return countingSession{c.t.NewSession(n), c.syncs}, nil
+func (c core) OpenSession(n scsi.Nexus, v scsi.View) (scsi.Session, error) {
+	return countingSession{c.t.OpenSession(n, v), c.syncs}, nil
 }
 
 type countingSession struct {
@@ -45,11 +45,20 @@ type countingSession struct {
 	syncs *atomic.Int64
 }
 
-func (s countingSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Result {
+func (s countingSession) count(cmd *scsi.Command) {
 	if len(cmd.CDB) > 0 && (cmd.CDB[0] == 0x35 || cmd.CDB[0] == 0x91) {
 		s.syncs.Add(1)
 	}
+}
+
+func (s countingSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Result {
+	s.count(cmd)
 	return s.Session.Execute(ctx, cmd)
+}
+
+func (s countingSession) Submit(ctx context.Context, cmd *scsi.Command, c scsi.Completer) (scsi.Result, bool) {
+	s.count(cmd)
+	return s.Session.Submit(ctx, cmd, c)
 }
 
 type env struct {

@@ -46,7 +46,9 @@ func testLogger(t testing.TB) *slog.Logger {
 // core opens SCSI core sessions for the port.
 type core struct{ t *scsi.Target }
 
-func (c core) OpenSession(n scsi.Nexus) (scsi.Session, error) { return c.t.NewSession(n), nil }
+func (c core) OpenSession(n scsi.Nexus, v scsi.View) (scsi.Session, error) {
+	return c.t.OpenSession(n, v), nil
+}
 
 // tgt is one in-process target: an iWARP device listening on 127.0.0.1:0,
 // an SRP target port serving it, the SCSI core with one RAM LUN (LUN 0).

@@ -15,18 +15,19 @@ func heapInuse() uint64 {
 	return m.HeapInuse
 }
 
-// TestDataBufferAmplification: a peer sends WRITEs of one block whose
-// data-out descriptors claim max_data_len (16 MiB) each, and never answers
-// the RDMA READs. The target allocates each command's whole descriptor
-// length, so the port's max_data_memory budget (here four such buffers)
-// must bound what the peer pins: the commands beyond it are answered at
+// TestDataBufferAmplification: a peer sends WRITEs whose CDB and data-out
+// descriptors ask for 8 MiB each (the logical unit's maximum transfer
+// length), and never answers the RDMA READs. The target allocates each
+// command's data-out buffer before fetching it, so the port's
+// max_data_memory budget (here four such buffers) must bound what the
+// peer pins: the commands beyond it are answered at
 // once with TASK SET FULL (SAM-5 §5.3.1, status 28h) and their credit, the
 // heap grows by no more than the budget (plus slack for the runtime), and
 // after the connection is reset the budget and the heap return to where
 // they started.
 func TestDataBufferAmplification(t *testing.T) {
 	const (
-		claim  = 16 << 20 // bytes each descriptor claims: max_data_len
+		claim  = 8 << 20 // bytes each command asks for: the LU's maximum transfer
 		budget = 4 * claim
 		slack  = 32 << 20 // heap noise allowed above the budget
 	)
@@ -41,7 +42,7 @@ func TestDataBufferAmplification(t *testing.T) {
 		t.Fatalf("req_lim %d leaves too few commands to exceed the budget", lr.ReqLimDelta)
 	}
 	for i := 0; i < n; i++ {
-		p.send(cmdIU(uint64(100+i), lun0, write10(0, 1), fmtDirect, fmtNone, 1, 0, 0, direct(peerVA, peerSTag, claim)))
+		p.send(cmdIU(uint64(100+i), lun0, write10(0, claim/512), fmtDirect, fmtNone, 1, 0, 0, direct(peerVA, peerSTag, claim)))
 	}
 	// A TEST UNIT READY behind them proves they were all started; every
 	// command beyond the budget is answered before it.

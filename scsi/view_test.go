@@ -1,4 +1,4 @@
-package target
+package scsi_test
 
 import (
 	"bytes"
@@ -7,7 +7,6 @@ import (
 
 	"github.com/gosrp/gosrp/backstore"
 	"github.com/gosrp/gosrp/scsi"
-	"github.com/gosrp/gosrp/srp"
 )
 
 // wantWP is fixed-format sense DATA PROTECT (7), WRITE PROTECTED (27h/00h):
@@ -15,11 +14,11 @@ import (
 // byte 7, ASC/ASCQ in bytes 12/13 (SPC-4 §4.5.3, table 27).
 var wantWP = []byte{0x70, 0, 0x07, 0, 0, 0, 0, 0x0a, 0, 0, 0, 0, 0x27, 0x00, 0, 0, 0, 0}
 
-// TestReadOnlyLUNCore runs ReadOnlyLUNs over the real SCSI core: every
+// TestViewReadOnly maps a LUN read-only in a nexus's view: every
 // medium write to the protected LUN gets 07/27/00 with nothing written,
 // SYNCHRONIZE CACHE and reads succeed, MODE SENSE(6)/(10) report WP, and
 // the other LUN is untouched.
-func TestReadOnlyLUNCore(t *testing.T) {
+func TestViewReadOnly(t *testing.T) {
 	st := scsi.NewTarget(scsi.TargetConfig{})
 	for n := range uint64(2) {
 		lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: backstore.NewRAM(1 << 20), BlockSize: 512, ThinProvisioning: true})
@@ -30,7 +29,7 @@ func TestReadOnlyLUNCore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sess := ReadOnlyLUNs(st.NewSession(scsi.Nexus{InitiatorPortID: "i", TargetPortID: "t", RelativeTargetPort: 1}), map[uint64]bool{1: true, 0: false})
+	sess := st.OpenSession(scsi.Nexus{InitiatorPortID: "i", TargetPortID: "t", RelativeTargetPort: 1}, scsi.View{ReadOnly: map[uint64]bool{1: true, 0: false}})
 	defer sess.Close()
 	ctx := context.Background()
 	tag := uint64(0)
@@ -121,47 +120,5 @@ func TestWritesMedium(t *testing.T) {
 		if got := scsi.WritesMedium(tc.cdb); got != tc.want {
 			t.Errorf("WritesMedium(% x) = %v, want %v", tc.cdb, got, tc.want)
 		}
-	}
-}
-
-// TestReadOnlyACL: an ACL's ReadOnly map, keyed by the initiator's LUN
-// numbers, protects that mapping over the wire: the SRP_RSP carries CHECK
-// CONDITION with the 18 sense bytes, and the core never sees the write.
-func TestReadOnlyACL(t *testing.T) {
-	m, err := ParseInitiator(testInitiator.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := newEnv(t, func(c *Config) {
-		c.DemoMode = false
-		c.ACLs = []ACL{{Initiator: m, LUNs: map[uint64]uint64{0: 0, 5: 0}, ReadOnly: map[uint64]bool{5: true}}}
-	})
-	i := e.login(defaultLogin())
-	src, s := i.buf(0, 4096)
-	fill(src, 9)
-	i.sendIU(&srp.Cmd{Tag: 1, LUN: scsi.EncodeLUN(5), CDB: cdb10(0x2a, 0, 8), DataOut: direct(s)})
-	r := i.rspIU()
-	if r.Tag != 1 || r.Status != 0x02 || r.Flags != srp.SnsValid || !bytes.Equal(r.Sense, wantWP) {
-		t.Fatalf("write to read-only LUN 5: %+v sense % x", r, r.Sense)
-	}
-	e.core.mu.Lock()
-	executed := e.core.executed
-	e.core.mu.Unlock()
-	if executed != 0 {
-		t.Fatalf("the core executed %d commands", executed)
-	}
-	// The same logical unit as LUN 0 is writable, and LUN 5 reads it.
-	i.sendIU(&srp.Cmd{Tag: 2, LUN: scsi.EncodeLUN(0), CDB: cdb10(0x2a, 0, 8), DataOut: direct(s)})
-	checkGood(t, i.rspIU(), 2)
-	dst, d := i.buf(8192, 4096)
-	i.sendIU(&srp.Cmd{Tag: 3, LUN: scsi.EncodeLUN(5), CDB: cdb10(0x28, 0, 8), DataIn: direct(d)})
-	checkGood(t, i.rspIU(), 3)
-	if !bytes.Equal(dst, src) {
-		t.Fatal("read through the read-only mapping differs")
-	}
-	// Counters: both writes fetched their 4096 bytes (the fabric moves the
-	// data before the core answers), one read returned 4096 bytes.
-	if s := e.port.Sessions(); len(s) != 1 || s[0].CheckConditions != 1 || s[0].Commands != 3 || s[0].WriteBytes != 8192 || s[0].ReadBytes != 4096 || s[0].MaxOutstanding < 1 {
-		t.Fatalf("counters %+v", s)
 	}
 }
