@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // TestCheckBeforeData: Check refuses, before any data moves, what Execute
@@ -32,7 +33,7 @@ func TestCheckBeforeData(t *testing.T) {
 	if ok {
 		t.Fatal("Check accepted the first command: want the power-on unit attention")
 	}
-	wantSense(t, r, SenseUnitAttention, 0x29, 0x00)
+	wantSense(t, r, sense.KeyUnitAttention, 0x29, 0x00)
 	if r.DataOutWanted != -1 || r.DataInWanted != -1 {
 		t.Fatalf("refused command wants %d/%d bytes: want -1/-1 (no residual)", r.DataOutWanted, r.DataInWanted)
 	}
@@ -53,10 +54,10 @@ func TestCheckBeforeData(t *testing.T) {
 		key, asc, ascq uint8
 		out            int
 	}{
-		{"read-only LUN 1", Command{LUN: EncodeLUN(1), CDB: write8, DataOutLen: 4096}, SenseDataProtect, 0x27, 0x00, -1},
-		{"CDB shorter than READ(10)", Command{LUN: EncodeLUN(0), CDB: cdb10(opRead10, 0, 0, 1)[:9:9]}, SenseIllegalRequest, 0x24, 0x00, -1},
-		{"unmapped LUN 2", Command{LUN: EncodeLUN(2), CDB: write8, DataOutLen: 4096}, SenseIllegalRequest, 0x25, 0x00, -1},
-		{"data-out 512 of 4096", Command{LUN: EncodeLUN(0), CDB: write8, DataOutLen: 512}, SenseIllegalRequest, 0x0e, 0x03, 4096},
+		{"read-only LUN 1", Command{LUN: EncodeLUN(1), CDB: write8, DataOutLen: 4096}, sense.KeyDataProtect, 0x27, 0x00, -1},
+		{"CDB shorter than READ(10)", Command{LUN: EncodeLUN(0), CDB: cdb10(opRead10, 0, 0, 1)[:9:9]}, sense.KeyIllegalRequest, 0x24, 0x00, -1},
+		{"unmapped LUN 2", Command{LUN: EncodeLUN(2), CDB: write8, DataOutLen: 4096}, sense.KeyIllegalRequest, 0x25, 0x00, -1},
+		{"data-out 512 of 4096", Command{LUN: EncodeLUN(0), CDB: write8, DataOutLen: 512}, sense.KeyIllegalRequest, 0x0e, 0x03, 4096},
 	} {
 		c.cmd.Tag = 10
 		r, ok := s.Check(&c.cmd)
@@ -77,11 +78,11 @@ func TestCheckBeforeData(t *testing.T) {
 	}
 	lu.uaAllExisting(ReasonUAModeChanged, "")
 	cmd.Checked, cmd.DataOut = true, bytes.Repeat([]byte{7}, 4096)
-	if r := s.Execute(context.Background(), cmd); r.Status != StatusGood {
+	if r := s.Execute(context.Background(), cmd); r.Status != sense.StatusGood {
 		t.Fatalf("checked WRITE: status %#x sense % x", r.Status, r.Sense)
 	}
 	r = s.Execute(context.Background(), &Command{Tag: 5, LUN: EncodeLUN(0), CDB: cdbTUR()})
-	wantSense(t, r, SenseUnitAttention, 0x2a, 0x01)
+	wantSense(t, r, sense.KeyUnitAttention, 0x2a, 0x01)
 }
 
 // TestViewMapping: a view renumbers logical units, hides the others from
@@ -105,7 +106,7 @@ func TestViewMapping(t *testing.T) {
 	in := make([]byte, 64)
 	r := s.Execute(ctx, &Command{Tag: 1, CDB: []byte{opReportLUNs, 0, 0, 0, 0, 0, 0, 0, 0, 64, 0, 0}, DataIn: in})
 	want := []byte{0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0}
-	if r.Status != StatusGood || !bytes.Equal(in[:r.DataInLen], want) {
+	if r.Status != sense.StatusGood || !bytes.Equal(in[:r.DataInLen], want) {
 		t.Fatalf("REPORT LUNS: status %#x data % x, want % x", r.Status, in[:r.DataInLen], want)
 	}
 	// LUN 3 reaches logical unit 1: a write through it reads back there.
@@ -113,7 +114,7 @@ func TestViewMapping(t *testing.T) {
 	for tag := uint64(2); tag < 4; tag++ { // the first gets the power-on unit attention
 		r = s.Execute(ctx, &Command{Tag: tag, LUN: EncodeLUN(3), CDB: cdb10(opWrite10, 0, 0, 1), DataOut: data})
 	}
-	if r.Status != StatusGood {
+	if r.Status != sense.StatusGood {
 		t.Fatalf("WRITE through LUN 3: status %#x", r.Status)
 	}
 	got := make([]byte, 512)
@@ -122,14 +123,14 @@ func TestViewMapping(t *testing.T) {
 	}
 	// LUN 1 is not in the view; logical unit 0 is nowhere.
 	r = s.Execute(ctx, &Command{Tag: 4, LUN: EncodeLUN(1), CDB: cdbTUR()})
-	wantSense(t, r, SenseIllegalRequest, 0x25, 0x00)
+	wantSense(t, r, sense.KeyIllegalRequest, 0x25, 0x00)
 	if got := s.TaskManagement(ctx, TMFLUNReset, EncodeLUN(1), 0); got != TMFIncorrectLUN {
 		t.Fatalf("LOGICAL UNIT RESET of unmapped LUN 1: %#x, want INCORRECT LOGICAL UNIT NUMBER", got)
 	}
 	// INQUIRY of the unmapped LUN: peripheral qualifier 011b (SPC-4 §6.6.2).
 	in = make([]byte, 36)
 	r = s.Execute(ctx, &Command{Tag: 5, LUN: EncodeLUN(1), CDB: cdbInquiry(false, 0, 36), DataIn: in})
-	if r.Status != StatusGood || in[0] != 0x7f {
+	if r.Status != sense.StatusGood || in[0] != 0x7f {
 		t.Fatalf("INQUIRY of unmapped LUN 1: status %#x byte 0 %#x, want 7Fh", r.Status, in[0])
 	}
 }
@@ -175,7 +176,7 @@ func TestSubmitInline(t *testing.T) {
 					t.Fatal("no completion")
 				}
 			}
-			if r.Status != StatusGood {
+			if r.Status != sense.StatusGood {
 				t.Fatalf("status %#x sense % x", r.Status, r.Sense)
 			}
 		})
