@@ -219,13 +219,6 @@ func (ts *taskSet) abort(t *task, report bool) {
 	ts.mu.Unlock()
 }
 
-// isAborted reports whether t has been aborted.
-func (ts *taskSet) isAborted(t *task) bool {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	return t.aborted
-}
-
 // waitDone blocks until t has left the task set or ctx ends.
 func (ts *taskSet) waitDone(ctx context.Context, t *task) bool {
 	ts.mu.Lock()

@@ -2,7 +2,6 @@ package target
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -496,12 +495,4 @@ func (c *channel) handle(ev event) {
 			c.transition(evLogoutSent)
 		}
 	}
-}
-
-// initiatorHex is the initiator port ID for logs.
-func (c *channel) initiatorHex() string {
-	if c.nx == nil {
-		return ""
-	}
-	return hex.EncodeToString(c.nx.initiator[:])
 }
