@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: installs missing packages, then vet, unit tests (race
+# The whole test suite: installs missing packages, then vet, staticcheck, unit tests (race
 # detector on), short fuzz runs, the end-to-end tests and the VM interop suite.
 # GOSRP_SKIP_INTEROP=1 skips the VM suite.
 set -euo pipefail
@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
 ./scripts/deps.sh
 echo "== go vet"; go vet ./... && go vet -tags verbs ./...
+echo "== staticcheck"; "$(go env GOPATH)/bin/staticcheck" ./... && "$(go env GOPATH)/bin/staticcheck" -tags verbs ./...
 echo "== build with the verbs provider"; go build -tags verbs -o /dev/null ./...
 echo "== go test"; go test -race -timeout 15m ./...
 echo "== ceph: RBD backstore against a single-node cluster"; ./scripts/test-ceph.sh

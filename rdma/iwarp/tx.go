@@ -33,7 +33,6 @@ type txState struct {
 	pad   int
 	err   error
 	msn   [numQueues]uint32 // next MSN per untagged queue (RFC 5041 §5.1: from 1)
-	zero  [8]byte
 	// Scratch lists for a batch (no allocation per batch).
 	takeSQ  []taken
 	takeIRQ []int
