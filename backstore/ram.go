@@ -95,68 +95,61 @@ func (r *RAM) NonBlocking() bool { return true }
 
 // ReadAt implements io.ReaderAt.
 func (r *RAM) ReadAt(p []byte, off int64) (int, error) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.closed.Load() {
-		return 0, ErrClosed
-	}
-	if err := checkRange(off, len(p), r.size); err != nil {
+	err := r.walk(off, int64(len(p)), false, func(_ int64, c *ramChunk, co, m, done int64) {
+		if c == nil {
+			clear(p[done : done+m])
+		} else {
+			copy(p[done:done+m], c.data[co:])
+		}
+	})
+	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for n < len(p) {
-		ci := (off + int64(n)) / RAMChunkSize
-		co := (off + int64(n)) % RAMChunkSize
-		l := &r.locks[ci%ramLockStripes]
-		l.RLock()
-		c := r.chunks[ci].Load()
-		var m int
-		if c == nil {
-			m = min(len(p)-n, int(RAMChunkSize-co))
-			clear(p[n : n+m])
-		} else {
-			m = copy(p[n:], c.data[co:])
-		}
-		l.RUnlock()
-		n += m
-	}
-	return n, nil
+	return len(p), nil
 }
 
 // WriteAt implements io.WriterAt.
 func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	if r.closed.Load() {
-		return 0, ErrClosed
-	}
-	if err := checkRange(off, len(p), r.size); err != nil {
-		return 0, err
-	}
-	n := 0
-	for n < len(p) {
-		ci := (off + int64(n)) / RAMChunkSize
-		co := (off + int64(n)) % RAMChunkSize
-		l := &r.locks[ci%ramLockStripes]
-		l.Lock()
-		c := r.chunks[ci].Load()
+	err := r.walk(off, int64(len(p)), true, func(ci int64, c *ramChunk, co, m, done int64) {
 		if c == nil {
 			c = new(ramChunk)
 			r.chunks[ci].Store(c)
 		}
-		m := copy(c.data[co:], p[n:])
-		for pg := co / RAMPageSize; pg <= (co+int64(m)-1)/RAMPageSize; pg++ {
+		copy(c.data[co:co+m], p[done:])
+		for pg := co / RAMPageSize; pg <= (co+m-1)/RAMPageSize; pg++ {
 			c.pages |= 1 << pg
 		}
-		l.Unlock()
-		n += m
+	})
+	if err != nil {
+		return 0, err
 	}
-	return n, nil
+	return len(p), nil
 }
 
 // Unmap implements Unmapper: the range is zeroed, the pages it wholly
 // covers count as unmapped, and a chunk with no mapped page left is freed.
 func (r *RAM) Unmap(off, length int64) error {
+	return r.walk(off, length, true, func(ci int64, c *ramChunk, co, m, _ int64) {
+		if c == nil {
+			return
+		}
+		clear(c.data[co : co+m])
+		// Pages wholly inside the range are no longer written.
+		for pg := (co + RAMPageSize - 1) / RAMPageSize; (pg+1)*RAMPageSize <= co+m; pg++ {
+			c.pages &^= 1 << pg
+		}
+		if c.pages == 0 {
+			r.chunks[ci].Store(nil)
+		}
+	})
+}
+
+// walk checks the device is open and [off, off+length) inside it, then
+// calls fn for each chunk piece of the range: the chunk index, the chunk
+// (nil when never written), the piece's offset co and length m in the
+// chunk, and how many bytes of the range came before it. fn runs under
+// r.mu (shared) and the chunk's stripe lock (exclusive when excl).
+func (r *RAM) walk(off, length int64, excl bool, fn func(ci int64, c *ramChunk, co, m, done int64)) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.closed.Load() {
@@ -165,24 +158,21 @@ func (r *RAM) Unmap(off, length int64) error {
 	if off < 0 || length < 0 || off > r.size || length > r.size-off {
 		return ErrOutOfRange
 	}
-	end := off + length
-	for pos := off; pos < end; {
-		ci := pos / RAMChunkSize
-		co := pos % RAMChunkSize
+	for pos, end := off, off+length; pos < end; {
+		ci, co := pos/RAMChunkSize, pos%RAMChunkSize
 		m := min(end-pos, RAMChunkSize-co)
 		l := &r.locks[ci%ramLockStripes]
-		l.Lock()
-		if c := r.chunks[ci].Load(); c != nil {
-			clear(c.data[co : co+m])
-			// Pages wholly inside the range are no longer written.
-			for pg := (co + RAMPageSize - 1) / RAMPageSize; (pg+1)*RAMPageSize <= co+m; pg++ {
-				c.pages &^= 1 << pg
-			}
-			if c.pages == 0 {
-				r.chunks[ci].Store(nil)
-			}
+		if excl {
+			l.Lock()
+		} else {
+			l.RLock()
 		}
-		l.Unlock()
+		fn(ci, r.chunks[ci].Load(), co, m, pos-off)
+		if excl {
+			l.Unlock()
+		} else {
+			l.RUnlock()
+		}
 		pos += m
 	}
 	return nil
