@@ -189,50 +189,46 @@ func (lu *LogicalUnit) writeBlocks(data []byte, lba uint64, fua bool) failure {
 	return ok
 }
 
-// execWrite: WRITE(6/10/12/16), SBC-3 §5.31–5.34.
-func execWrite(c *cmdCtx) failure {
-	lu := c.lu
-	if f := lu.writeProtect(); f.failed() {
-		return f
+// writeData checks a medium write of the command (write protection, the
+// transfer range, the data-out length) and returns its data and first LBA;
+// the data is empty for a transfer length of 0.
+func (c *cmdCtx) writeData() ([]byte, uint64, failure) {
+	if f := c.lu.writeProtect(); f.failed() {
+		return nil, 0, f
 	}
 	lba, _, want, f := c.xferRange()
 	if f.failed() {
-		return f
+		return nil, 0, f
 	}
 	if f := c.needsDataOut(want); f.failed() {
+		return nil, 0, f
+	}
+	return c.cmd.DataOut[:want], lba, ok
+}
+
+// execWrite: WRITE(6/10/12/16), SBC-3 §5.31–5.34.
+func execWrite(c *cmdCtx) failure {
+	data, lba, f := c.writeData()
+	if f.failed() || len(data) == 0 {
 		return f
 	}
-	if want == 0 {
-		return ok
-	}
 	fua := c.cdb[0] != opWrite6 && c.cdb[1]&0x08 != 0
-	return lu.writeBlocks(c.cmd.DataOut[:want], lba, fua)
+	return c.lu.writeBlocks(data, lba, fua)
 }
 
 // execWriteAndVerify: WRITE AND VERIFY(10/12/16), SBC-3 §5.36–5.38. The
 // data is written and made durable; with BYTCHK=1 the medium is read back
 // and compared.
 func execWriteAndVerify(c *cmdCtx) failure {
-	lu := c.lu
-	if f := lu.writeProtect(); f.failed() {
+	data, lba, f := c.writeData()
+	if f.failed() || len(data) == 0 {
 		return f
 	}
-	lba, _, want, f := c.xferRange()
-	if f.failed() {
-		return f
-	}
-	if f := c.needsDataOut(want); f.failed() {
-		return f
-	}
-	if want == 0 {
-		return ok
-	}
-	data := c.cmd.DataOut[:want]
-	if f := lu.writeBlocks(data, lba, true); f.failed() {
+	if f := c.lu.writeBlocks(data, lba, true); f.failed() {
 		return f
 	}
 	if c.cdb[1]&0x02 != 0 {
-		return lu.compare(data, lba, false)
+		return c.lu.compare(data, lba, false)
 	}
 	return ok
 }
@@ -580,6 +576,15 @@ func execPreFetch(c *cmdCtx) failure {
 	return lu.checkRange(lba, uint64(n))
 }
 
+// lastLBA is READ CAPACITY's RETURNED LOGICAL BLOCK ADDRESS: the last
+// block's LBA, 0 for a logical unit without blocks.
+func (lu *LogicalUnit) lastLBA() uint64 {
+	if n := lu.blocks.Load(); n > 0 {
+		return n - 1
+	}
+	return 0
+}
+
 // execReadCapacity10: READ CAPACITY(10), SBC-3 §5.15. A capacity beyond
 // 2^32 blocks reports FFFFFFFFh so the initiator uses READ CAPACITY(16).
 func execReadCapacity10(c *cmdCtx) failure {
@@ -589,10 +594,7 @@ func execReadCapacity10(c *cmdCtx) failure {
 		return badCDB(2, -1)
 	}
 	b := make([]byte, 8)
-	last := lu.blocks.Load() - 1
-	if lu.blocks.Load() == 0 {
-		last = 0
-	}
+	last := lu.lastLBA()
 	binary.BigEndian.PutUint32(b, uint32(min(last, 0xFFFFFFFF)))
 	binary.BigEndian.PutUint32(b[4:], lu.bsz)
 	return c.putDataIn(b, 8)
@@ -607,10 +609,7 @@ func execReadCapacity16(c *cmdCtx) failure {
 		return badCDB(2, -1)
 	}
 	b := make([]byte, 32)
-	last := lu.blocks.Load() - 1
-	if lu.blocks.Load() == 0 {
-		last = 0
-	}
+	last := lu.lastLBA()
 	binary.BigEndian.PutUint64(b, last)
 	binary.BigEndian.PutUint32(b[8:], lu.bsz)
 	b[13] = lu.pbExp // LOGICAL BLOCKS PER PHYSICAL BLOCK EXPONENT
