@@ -1,16 +1,14 @@
 package scsi
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/internal/transcript"
 	"github.com/gosrp/gosrp/scsi/sense"
 )
 
@@ -29,21 +27,10 @@ import (
 // "conflict" or "condition-met"; <response> is complete, failed,
 // not-supported or incorrect-lun.
 func TestTranscripts(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.txt")
-	if len(files) == 0 {
-		t.Fatal("no transcripts")
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) { runTranscript(t, file) })
-	}
+	transcript.Run(t, "testdata/*.txt", runTranscript)
 }
 
-func runTranscript(t *testing.T, file string) {
-	fh, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
+func runTranscript(t *testing.T, steps []transcript.Step) {
 	tg := NewTarget(TargetConfig{})
 	sessions := map[string]Session{}
 	defer func() {
@@ -52,16 +39,9 @@ func runTranscript(t *testing.T, file string) {
 		}
 	}()
 	tag := uint64(0)
-	sc := bufio.NewScanner(fh)
-	for ln := 1; sc.Scan(); ln++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		where := fmt.Sprintf("%s:%d: %s", file, ln, line)
-		lhs, rhs, hasExpect := strings.Cut(line, "->")
-		lhs, rhs = strings.TrimSpace(lhs), strings.TrimSpace(rhs)
-		f := strings.Fields(lhs)
+	for _, st := range steps {
+		where := st.String()
+		lhs, rhs, hasExpect, f := st.Cmd, st.Want, st.HasWant, st.Fields
 		switch f[0] {
 		case "lu":
 			lun, _ := strconv.ParseUint(f[1], 10, 64)
@@ -203,8 +183,5 @@ func runTranscript(t *testing.T, file string) {
 				t.Fatalf("%s: unknown expectation", where)
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -186,14 +188,8 @@ func (d *Device) Close() error {
 	}
 	d.closed = true
 	close(d.closedCh)
-	ls := make([]*listener, 0, len(d.listeners))
-	for l := range d.listeners {
-		ls = append(ls, l)
-	}
-	cs := make([]*Conn, 0, len(d.conns))
-	for c := range d.conns {
-		cs = append(cs, c)
-	}
+	// Closed outside d.mu: closing takes them off the device.
+	ls, cs := slices.Collect(maps.Keys(d.listeners)), slices.Collect(maps.Keys(d.conns))
 	d.mu.Unlock()
 	for _, l := range ls {
 		l.Close()

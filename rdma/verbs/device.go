@@ -12,7 +12,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -306,14 +308,8 @@ func (d *Device) Close() error {
 		return nil
 	}
 	d.closed = true
-	lns := make([]*listener, 0, len(d.lns))
-	for l := range d.lns {
-		lns = append(lns, l)
-	}
-	conns := make([]*conn, 0, len(d.conns))
-	for c := range d.conns {
-		conns = append(conns, c)
-	}
+	// Closed outside d.mu: closing takes them off the device.
+	lns, conns := slices.Collect(maps.Keys(d.lns)), slices.Collect(maps.Keys(d.conns))
 	d.mu.Unlock()
 	for _, l := range lns {
 		l.Close()
@@ -323,10 +319,7 @@ func (d *Device) Close() error {
 		c.destroy()
 	}
 	d.mu.Lock()
-	srqs := make([]*srq, 0, len(d.srqs))
-	for s := range d.srqs {
-		srqs = append(srqs, s)
-	}
+	srqs := slices.Collect(maps.Keys(d.srqs))
 	d.mu.Unlock()
 	for _, s := range srqs {
 		s.Close()

@@ -1,14 +1,13 @@
 package pr
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gosrp/gosrp/internal/transcript"
 )
 
 // TestTranscripts replays testdata/*.txt. Each line is
@@ -35,13 +34,7 @@ import (
 // EX_AC_RO, WR_EX_AR, EX_AC_AR or a number. Blank lines and # comments are
 // ignored.
 func TestTranscripts(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.txt")
-	if len(files) == 0 {
-		t.Fatal("no transcripts")
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) { runTranscript(t, file) })
-	}
+	transcript.Run(t, "testdata/*.txt", runTranscript)
 }
 
 var transcriptNexus = map[string]Nexus{"A": nA, "B": nB, "C": nC, "D": nD, "A2": nA2, "B2": nB2}
@@ -116,12 +109,7 @@ func effectsText(e Effects) []string {
 	return out
 }
 
-func runTranscript(t *testing.T, file string) {
-	fd, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fd.Close()
+func runTranscript(t *testing.T, steps []transcript.Step) {
 	f := newFix(t, Config{Persister: &memPersister{}, TargetPort: func(r uint16) (string, bool) {
 		switch r {
 		case 1:
@@ -131,28 +119,13 @@ func runTranscript(t *testing.T, file string) {
 		}
 		return "", false
 	}})
-	sc := bufio.NewScanner(fd)
-	for line := 1; sc.Scan(); line++ {
-		text := sc.Text()
-		if i := strings.Index(text, "#"); i >= 0 {
-			text = text[:i]
+	for _, st := range steps {
+		if !st.HasWant {
+			t.Fatalf("%v: no ->", st)
 		}
-		if strings.TrimSpace(text) == "" {
-			continue
+		if got := transcriptStep(f, st.Fields); got != st.Want {
+			t.Errorf("%s:%d: %s\n got: %s\nwant: %s", st.File, st.Line, st.Cmd, got, st.Want)
 		}
-		cmdPart, wantPart, found := strings.Cut(text, "->")
-		if !found {
-			t.Fatalf("%s:%d: no ->", file, line)
-		}
-		w := strings.Fields(cmdPart)
-		want := strings.Join(strings.Fields(wantPart), " ")
-		got := transcriptStep(f, w)
-		if got != want {
-			t.Errorf("%s:%d: %s\n got: %s\nwant: %s", file, line, strings.TrimSpace(cmdPart), got, want)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -3,13 +3,11 @@ package target
 import (
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/gosrp/gosrp/internal/transcript"
 	"github.com/gosrp/gosrp/srp"
 )
 
@@ -28,28 +26,12 @@ import (
 //	tlogout reason=N
 //	closed                                (the connection goes down)
 func TestTranscripts(t *testing.T) {
-	files, _ := filepath.Glob("testdata/*.txt")
-	if len(files) == 0 {
-		t.Fatal("no transcripts")
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runTranscript(t, string(b), false)
-		})
+	transcript.Run(t, "testdata/*.txt", func(t *testing.T, steps []transcript.Step) {
+		t.Run("rq", func(t *testing.T) { runTranscript(t, steps, false) })
 		// The same transcript with receive buffers from the port's shared
 		// receive queue.
-		t.Run(filepath.Base(f)+"/srq", func(t *testing.T) {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runTranscript(t, string(b), true)
-		})
-	}
+		t.Run("srq", func(t *testing.T) { runTranscript(t, steps, true) })
+	})
 }
 
 func kv(fields []string) map[string]string {
@@ -70,11 +52,10 @@ func num(t *testing.T, s string) uint64 {
 	return n
 }
 
-func runTranscript(t *testing.T, text string, srq bool) {
-	lines := strings.Split(text, "\n")
+func runTranscript(t *testing.T, steps []transcript.Step, srq bool) {
 	cfg := func(c *Config) { c.UseSRQ, c.SRQSize = srq, 64 }
-	if len(lines) > 0 && strings.HasPrefix(lines[0], "config ") {
-		m := kv(strings.Fields(lines[0])[1:])
+	if len(steps) > 0 && steps[0].Fields[0] == "config" {
+		m := kv(steps[0].Fields[1:])
 		cfg = func(c *Config) {
 			c.UseSRQ, c.SRQSize = srq, 64
 			if v, ok := m["rq_size"]; ok {
@@ -84,19 +65,13 @@ func runTranscript(t *testing.T, text string, srq bool) {
 				c.MaxRspSize = int(num(t, v))
 			}
 		}
-		lines = lines[1:]
+		steps = steps[1:]
 	}
 	e := newEnv(t, cfg)
 	var i *ini
-	for n, line := range lines {
-		if k := strings.Index(line, "#"); k >= 0 {
-			line = line[:k]
-		}
-		f := strings.Fields(line)
-		if len(f) == 0 {
-			continue
-		}
-		where := fmt.Sprintf("line %d: %s", n+2, line)
+	for _, st := range steps {
+		f := st.Fields
+		where := st.String()
 		m := kv(f[1:])
 		switch f[0] {
 		case "login", "reject":
