@@ -18,7 +18,9 @@ import (
 
 type coreOf struct{ t *scsi.Target }
 
-func (c coreOf) OpenSession(n scsi.Nexus) (scsi.Session, error) { return c.t.NewSession(n), nil }
+func (c coreOf) OpenSession(n scsi.Nexus, v scsi.View) (scsi.Session, error) {
+	return c.t.OpenSession(n, v), nil
+}
 
 // gateway is one srptd-like target exporting the shared medium as LUN 0,
 // with its own target port group.
