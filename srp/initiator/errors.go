@@ -10,8 +10,9 @@ import (
 
 var (
 	// ErrChannelDown reports that the channel a command was queued on went
-	// down before the command's response arrived. Execute retries such a
-	// command on a new channel when Command.Retry allows it.
+	// down before the command's response arrived. Execute re-issues such a
+	// command on a new channel up to MaxRetries times unless
+	// Command.NoRetry forbids it.
 	ErrChannelDown = errors.New("srp initiator: channel down")
 	// ErrFastIOFail reports that the session has been without a live channel
 	// for longer than Options.FastIOFailTmo (Linux srp_transport
