@@ -2,7 +2,7 @@
 # The Ceph part of the test suite: starts a single-node cluster
 # (scripts/ceph-up.sh) in a temporary directory, runs the tests built with
 # -tags ceph,pacific against it (GOSRP_CEPH_CONF), and stops it. Bounded: the
-# cluster gets 90 s to come up, the tests 5 minutes. Without the Ceph
+# cluster gets 90 s to come up, the Go tests 5 minutes, the gateway test 7. Without the Ceph
 # packages (scripts/deps.sh could not install them) it says so loudly and
 # skips.
 set -euo pipefail
@@ -19,3 +19,5 @@ trap './scripts/ceph-up.sh stop "$dir"' EXIT
 conf=$(CEPH_UP_TIMEOUT=90 ./scripts/ceph-up.sh start "$dir" | tail -1)
 echo "ceph: cluster up ($conf)"
 GOSRP_CEPH_CONF=$conf timeout 300 go test -race -tags $tags -timeout 4m -count=1 ./backstore/rbd/...
+echo "== ceph: two srptd gateways on one image (ALUA, multipath, SIGKILL)"
+GOSRP_CEPH_CONF=$conf timeout 420 test/ceph/gateways.sh

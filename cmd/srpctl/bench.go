@@ -69,7 +69,8 @@ func newBenchCmd() *cobra.Command {
 	var verifySeed uint64
 	var loops int
 	c := &cobra.Command{
-		Use:   "bench TARGET",
+		Use:   "bench TARGET [TARGET...]",
+		Args:  cobra.MinimumNArgs(1),
 		Short: "fio-like benchmark: random/sequential read/write, prints IOPS, bandwidth and latency percentiles",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bs64, err := parseSize(bsStr)
@@ -98,6 +99,9 @@ func newBenchCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--rw %q: read, write, randread, randwrite, rw or randrw", rw)
 			}
+			if len(args) > 1 && !verify {
+				return errors.New("several targets (gateways of one LU, through multipath) take --verify")
+			}
 			o, err := tf.options(args[0])
 			if err != nil {
 				return err
@@ -116,7 +120,7 @@ func newBenchCmd() *cobra.Command {
 			if need := (qd+nch-1)/nch + 2; o.QueueSize < need {
 				o.QueueSize = max(need, initiator.DefaultQueueSize)
 			}
-			return tf.withSessionOptions(cmd.Context(), o, func(ctx context.Context, s *conn) error {
+			body := func(ctx context.Context, s *conn) error {
 				capy, err := s.ReadCapacity16(ctx, s.lun)
 				if err != nil {
 					return err
@@ -173,7 +177,13 @@ func newBenchCmd() *cobra.Command {
 					return fmt.Errorf("%d I/O errors", res.Errors)
 				}
 				return nil
-			})
+			}
+			if len(args) > 1 {
+				return tf.withMultipath(cmd.Context(), args, func(po *initiator.Options) {
+					po.ChCount, po.QueueSize = o.ChCount, o.QueueSize
+				}, body)
+			}
+			return tf.withSessionOptions(cmd.Context(), o, body)
 		},
 	}
 	addTargetFlags(c, &tf, true)

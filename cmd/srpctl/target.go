@@ -140,6 +140,9 @@ type conn struct {
 	*initiator.Session
 	dev rdma.Device
 	lun uint64
+	// mp, when set, carries the I/O of runIO over several targets (the
+	// Session is then the first path's).
+	mp *initiator.Multipath
 }
 
 func (c *conn) Close() {

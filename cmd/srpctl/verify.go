@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"math/rand/v2"
@@ -185,7 +184,7 @@ func runVerify(ctx context.Context, s *conn, vc verifyConfig) (res verifyResult,
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				buf, err := s.NewBuffer(vc.bs, !write)
+				buf, err := s.ioBuffer(vc.bs, !write)
 				if err != nil {
 					mu.Lock()
 					fatal = cmp.Or(fatal, fmt.Errorf("register a %d-byte buffer: %w", vc.bs, err))
@@ -196,7 +195,7 @@ func runVerify(ctx context.Context, s *conn, vc verifyConfig) (res verifyResult,
 				defer buf.Release()
 				b := buf.Bytes()
 				var cdb [16]byte
-				cmd := initiator.Command{LUN: s.lun, CDB: cdb[:], Buffer: buf, Length: vc.bs}
+				cmd := s.ioCommand(cdb[:], buf, vc.bs, write)
 				for pctx.Err() == nil {
 					i := next.Add(1) - 1
 					if i >= vc.nslots {
@@ -211,12 +210,12 @@ func runVerify(ctx context.Context, s *conn, vc verifyConfig) (res verifyResult,
 						clear(b) // a read that moves no data shows as "no header"
 					}
 					initiator.PutRW16(cdb[:], write, lba, uint32(per), write && vc.fua)
-					r, err := s.Run(pctx, &cmd)
+					r, err := s.runIO(pctx, &cmd)
 					if err == nil && !write && r.DataInLen != vc.bs {
 						err = fmt.Errorf("%d of %d bytes transferred", r.DataInLen, vc.bs)
 					}
 					if err != nil {
-						if errors.Is(err, initiator.ErrDevLoss) || errors.Is(err, initiator.ErrClosed) || pctx.Err() != nil {
+						if sessionGone(err) || pctx.Err() != nil {
 							mu.Lock()
 							fatal = cmp.Or(fatal, err, pctx.Err())
 							mu.Unlock()

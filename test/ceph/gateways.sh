@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Two srptd gateways exporting one Ceph RBD image with ALUA (gateway A's group
+# active/optimized, B's active/non-optimized), against the cluster of
+# GOSRP_CEPH_CONF (scripts/test-ceph.sh starts one):
+#   - both present the same LU (VPD 83h NAA), each its own relative port and
+#     target port group (decoded by sg3_utils' sg_vpd when installed);
+#   - a file written through A reads back the same through B;
+#   - srpctl bench --verify over both (multipath) while A is killed with
+#     SIGKILL: the run finishes through B with 0 mismatches;
+#   - A restarts and serves the image again; the data verifies through it.
+# Every step is bounded with timeout(1).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=$PATH:/usr/local/go/bin
+: "${GOSRP_CEPH_CONF:?set GOSRP_CEPH_CONF to a ceph.conf (scripts/ceph-up.sh)}"
+W=$(mktemp -d)
+PIDS=()
+cleanup() {
+  set +e
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  rm -rf "$W"
+}
+trap cleanup EXIT
+step() { echo "-- ceph gateways: $*"; }
+fail() {
+  echo "ceph gateways FAILED: $*" >&2
+  for g in a b; do [ -f "$W/$g/log" ] && { echo "--- srptd $g" >&2; tail -20 "$W/$g/log" >&2; }; done
+  exit 1
+}
+
+step build
+timeout 300 go build -tags ceph,pacific -o "$W/srptd" ./cmd/srptd
+timeout 300 go build -o "$W/srpctl" ./cmd/srpctl
+S=$W/srpctl
+IMAGE="gw-$$-$RANDOM"
+
+# gateway NAME GROUP STATE PEER PEER_STATE
+gateway_conf() {
+  mkdir -p "$W/$1"
+  cat >"$W/$1/srptd.toml" <<TOML
+[target]
+demo_mode = true
+[[port]]
+name = "gw$1"
+listen = ["127.0.0.1:0"]
+[[lun]]
+lun = 0
+backstore = "rbd"
+pool = "rbd"
+image = "$IMAGE"
+size = "256MiB"
+ceph_conf = "$GOSRP_CEPH_CONF"
+[alua]
+group = $2
+relative_port = $2
+state = "$3"
+[[alua.peer]]
+group = $4
+state = "$5"
+ports = [$4]
+TOML
+}
+start() { # NAME -> sets T_NAME
+  "$W/srptd" -config "$W/$1/srptd.toml" -data-dir "$W/$1" >"$W/$1/log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  eval "PID_$1=$pid"
+  for _ in $(seq 600); do # 60 s: opening the image needs the cluster
+    local t
+    t=$(sed -n 's/^login_info: //p' "$W/$1/log" | head -1)
+    if [ -n "$t" ]; then eval "T_$1=\$t"; return 0; fi
+    kill -0 "$pid" 2>/dev/null || fail "srptd $1 exited"
+    sleep 0.1
+  done
+  fail "srptd $1 printed no login_info"
+}
+gateway_conf a 1 active/optimized 2 active/non-optimized
+gateway_conf b 2 active/non-optimized 1 active/optimized
+step "start gateways A and B on rbd/$IMAGE"
+start a
+start b
+echo "   A: $T_a"
+echo "   B: $T_b"
+
+step "same LU identity, own port and group"
+for g in a b; do
+  t=T_$g
+  timeout 30 "$S" scsi "${!t},initiator_ext=7" "12 01 83 04 00 00" --in 1024 --binary >"$W/vpd83.$g" || fail "VPD 83h through $g"
+done
+# The LU designators (NAA, T10 vendor ID) are the same; the port ones differ.
+naa() { od -An -tx1 -j4 -N20 "$1" | tr -d ' \n'; }
+[ "$(naa "$W/vpd83.a")" = "$(naa "$W/vpd83.b")" ] || fail "A and B present different NAA designators: $(naa "$W/vpd83.a") vs $(naa "$W/vpd83.b")"
+cmp -s "$W/vpd83.a" "$W/vpd83.b" && fail "A and B report the same target port designators"
+if command -v sg_vpd >/dev/null; then
+  for g in a b; do
+    timeout 10 sg_vpd --inhex="$W/vpd83.$g" --raw --page=di >"$W/di.$g" 2>&1 || fail "sg_vpd cannot decode $g's VPD 83h: $(cat "$W/di.$g")"
+  done
+  grep -q 'Relative target port: 0x1$' "$W/di.a" || fail "sg_vpd: A's relative port is not 1: $(cat "$W/di.a")"
+  grep -q 'Target port group: 0x2$' "$W/di.b" || fail "sg_vpd: B's target port group is not 2: $(cat "$W/di.b")"
+  echo "   sg_vpd decodes A: $(grep -iE 'relative target port|target port group' "$W/di.a" | tr -s ' ' | paste -sd';')"
+else
+  echo "   (sg3_utils not installed: VPD 83h checked without sg_vpd)"
+fi
+
+step "written through A, read back through B"
+head -c 4M /dev/urandom >"$W/data.bin"
+timeout 60 "$S" write "$T_a" --if "$W/data.bin" || fail "write through A"
+timeout 60 "$S" read "$T_b" --of "$W/copy.bin" --count 8192 || fail "read through B"
+cmp "$W/data.bin" "$W/copy.bin" || fail "B reads other data than A wrote"
+
+step "bench --verify over A and B; A killed with SIGKILL during the run"
+timeout 240 "$S" bench "$T_a,initiator_ext=3" "$T_b,initiator_ext=3" --verify --rw randwrite --bs 64k --qd 16 --size 192MiB --loops 2 \
+  --verify-seed 4242 -v >"$W/bench.out" 2>"$W/bench.err" &
+BENCH=$!
+sleep 2
+kill -0 "$BENCH" 2>/dev/null || fail "the verify run ended before A was killed: $(cat "$W/bench.out" "$W/bench.err")"
+kill -9 "$PID_a"
+wait "$PID_a" 2>/dev/null || true
+echo "   A killed"
+wait "$BENCH" || fail "verify run through the failover: $(cat "$W/bench.out"; tail -20 "$W/bench.err")"
+cat "$W/bench.out"
+grep -q 'mismatches=0 io_errors=0' "$W/bench.out" || fail "mismatches or I/O errors"
+grep -q 'switching path' "$W/bench.err" || fail "the run never left A: $(tail -5 "$W/bench.err")"
+
+step "A restarts and rejoins: what B finished verifies through A"
+start a
+timeout 120 "$S" bench "$T_a,initiator_ext=4" --verify-only --rw randwrite --bs 64k --qd 8 --size 192MiB --loops 2 \
+  --verify-seed 4242 >"$W/reverify.out" 2>&1 || fail "re-verify through A: $(cat "$W/reverify.out")"
+grep -q 'mismatches=0 io_errors=0' "$W/reverify.out" || fail "re-verify: $(cat "$W/reverify.out")"
+cat "$W/reverify.out"
+echo "-- ceph gateways: all passed"
