@@ -4,8 +4,9 @@
 #           default settings, demo mode, a temporary data directory)
 #   peer:   fio's nbd engine -> nbdkit memory 1G (TCP on 127.0.0.1)
 # Both LUNs are first filled and read back (checksummed), then every job runs
-# on gosrp, then on the peer, repeated (ours, peer, ours, peer), and one
-# loopback TCP stream (iperf3) is measured next to the 1 MiB read job.
+# on gosrp, then on the peer, repeated (ours, peer, ours, peer); before each
+# repetition of the 1 MiB read job one loopback TCP stream (iperf3) is
+# measured.
 # Prints per run IOPS, MiB/s, p50/p99 latency, CPU us per I/O of the server
 # and the client process and the load average; at the end the means, the
 # ratios gosrp/peer, the 1 MiB read as % of the TCP stream and the duration.

@@ -249,33 +249,31 @@ func run(ctx context.Context, o options, w io.Writer) error {
 		}
 		return nil
 	}
-	tcpDone := 0
-	tcp := func() error {
-		for tcpDone < o.reps {
-			tcpDone++
-			mibps, err := tcpStream(ctx, o.dir, o.tcpTime)
-			if err != nil {
-				return err
-			}
-			res.TCP = append(res.TCP, TCPRun{Rep: tcpDone, MiBps: mibps})
-			fmt.Fprintf(w, "%-26s %-6s rep %d %29.1f MiB/s (iperf3, one stream, %v)\n", "tcp-loopback", "", tcpDone, mibps, o.tcpTime)
+	tcp := func(rep int) error {
+		mibps, err := tcpStream(ctx, o.dir, o.tcpTime)
+		if err != nil {
+			return err
 		}
+		res.TCP = append(res.TCP, TCPRun{Rep: rep, MiBps: mibps})
+		fmt.Fprintf(w, "%-26s %-6s rep %d %29.1f MiB/s (iperf3, one stream, %v)\n", "tcp-loopback", "", rep, mibps, o.tcpTime)
 		return nil
 	}
 	for _, j := range jobs {
-		if j.RW == "read" && j.BS == 1<<20 { // the TCP stream goes next to the job compared with it
-			if err := tcp(); err != nil {
-				return err
-			}
-		}
 		for rep := 1; rep <= o.reps; rep++ {
+			if j.read1M() { // the TCP stream right before the runs compared with it
+				if err := tcp(rep); err != nil {
+					return err
+				}
+			}
 			if err := one(j, rep, o.runtime); err != nil {
 				return err
 			}
 		}
 	}
-	if err := tcp(); err != nil { // when the 1 MiB read job was not among them
-		return err
+	for rep := 1; len(res.TCP) < o.reps; rep++ { // without the 1 MiB read job
+		if err := tcp(rep); err != nil {
+			return err
+		}
 	}
 	if o.sweep {
 		for _, j := range sweepJobs() {

@@ -21,8 +21,8 @@ type Results struct {
 	Sides     []Side    `json:"sides"`
 	// Load average samples: "start", before every job run, "end".
 	Load []LoadSample `json:"load_average"`
-	// One loopback TCP stream (iperf3), as many times as there are
-	// repetitions, next to the 1 MiB read job.
+	// One loopback TCP stream (iperf3) per repetition, right before the
+	// 1 MiB read job's runs.
 	TCP  []TCPRun `json:"tcp_loopback"`
 	Fill []Fill   `json:"fill"`
 	// Every job run, in the order run (jobs interleave the sides).
@@ -92,6 +92,10 @@ type Job struct {
 	QD    int    `json:"iodepth"`
 	Sweep string `json:"sweep,omitempty"` // "qd" or "bs" for the chart sweeps, "" for the main jobs
 }
+
+// read1M reports whether j is the main 1 MiB QD32 sequential read job, the
+// one compared with the loopback TCP stream.
+func (j Job) read1M() bool { return j.Sweep == "" && j.RW == "read" && j.BS == 1<<20 && j.QD == 32 }
 
 // Run is one side's run of one job.
 type Run struct {
@@ -192,9 +196,7 @@ func read1MPctOfTCP(sum []Summary, tcp []TCPRun) map[string]float64 {
 		t += r.MiBps
 	}
 	t /= float64(len(tcp))
-	i := slices.IndexFunc(sum, func(s Summary) bool {
-		return s.Sweep == "" && s.RW == "read" && s.BS == 1<<20 && s.QD == 32
-	})
+	i := slices.IndexFunc(sum, func(s Summary) bool { return s.read1M() })
 	if i < 0 || t == 0 {
 		return nil
 	}
