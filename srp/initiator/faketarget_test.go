@@ -25,6 +25,7 @@ type fakeTarget struct {
 	reqLim uint32
 	maxIT  uint32
 	reject srp.RejectReason // non-zero: reject every login
+	silent bool             // answer no login (the request stays pending)
 	immOK  bool
 
 	acceptMu  sync.Mutex // held from Accept until the conn is in conns
@@ -99,8 +100,11 @@ func (ft *fakeTarget) acceptLoop(ctx context.Context) {
 		}
 		ft.mu.Lock()
 		ft.logins = append(ft.logins, srp.LoginRequest(lr))
-		reject := ft.reject
+		reject, silent := ft.reject, ft.silent
 		ft.mu.Unlock()
+		if silent {
+			continue
+		}
 		if reject != 0 {
 			b, _ := (&srp.LoginReject{Reason: reject, BufFmt: srp.BufFmtDirect | srp.BufFmtIndirect}).Marshal()
 			req.Reject(b)
