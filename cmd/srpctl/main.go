@@ -9,9 +9,20 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
+
+	"github.com/gosrp/gosrp/internal/buildinfo"
 )
 
 func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "srpctl:", err)
+		os.Exit(1)
+	}
+}
+
+// newRootCmd defines srpctl's command line.
+func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "srpctl",
 		Short: "SRP initiator and information unit decoder",
@@ -21,16 +32,36 @@ Every initiator command takes TARGET, the add_target string srptd prints on
 its login_info line, for example:
 
   srpctl login id_ext=4e761e0b5d443097,ioc_guid=4e761e0b5d443097,dest=127.0.0.1:5555`,
+		Version:       buildinfo.Read().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("srpctl {{.Version}}\n")
 	root.AddCommand(
 		newDecodeCmd(),
 		newLoginCmd(), newLUNsCmd(), newInquiryCmd(), newReadcapCmd(), newSCSICmd(), newReadCmd(), newWriteCmd(), newTMFCmd(), newBenchCmd(), newAttachCmd(),
 		newTargetAdminCmd(),
+		newManCmd(),
 	)
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "srpctl:", err)
-		os.Exit(1)
+	return root
+}
+
+// newManCmd writes the manual pages, generated from the command
+// definitions: srpctl(8) and one page per subcommand (srpctl-login(8),
+// srpctl-target-lun-add(8), ...).
+func newManCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "man DIR",
+		Short:  "write the srpctl(8) manual pages into DIR",
+		Args:   cobra.ExactArgs(1),
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			root := cmd.Root()
+			root.DisableAutoGenTag = true
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return err
+			}
+			return doc.GenManTree(root, &doc.GenManHeader{Title: "SRPCTL", Section: "8", Source: "gosrp " + buildinfo.Read().Version, Manual: "gosrp"}, args[0])
+		},
 	}
 }

@@ -52,7 +52,7 @@ func checkStart(ctx context.Context, cfg *Config, org origin, dataDir, pprof str
 	}
 	if pprof != "" {
 		if err := checkFree(pprof, ""); err != nil {
-			add(fmt.Errorf("-pprof: %w", err))
+			add(fmt.Errorf("--pprof: %w", err))
 		}
 	}
 	socket := cfg.Admin.Socket

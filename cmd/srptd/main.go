@@ -13,7 +13,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,8 +33,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: usage printed
+		if errors.Is(err, errHandled) {
+			return // --help, --version, completion, man: done
 		}
 		fmt.Fprintln(os.Stderr, "srptd:", err)
 		os.Exit(1)
@@ -49,7 +48,8 @@ type options struct {
 	listen    string
 	transport string
 	guid      string
-	demo      string
+	demo      bool
+	demoSet   bool // --demo given (true or false)
 	admin     string
 	metrics   string
 	verbose   bool
@@ -61,30 +61,6 @@ type options struct {
 // target.data_dir names one.
 const defaultDataDir = "srptd-data"
 
-func parseFlags(args []string, stderr io.Writer) (*options, error) {
-	fs := flag.NewFlagSet("srptd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	o := &options{}
-	fs.StringVar(&o.config, "config", "", "TOML configuration `file` (default: DATA_DIR/srptd.toml if it exists, else the embedded default)")
-	fs.StringVar(&o.dataDir, "data-dir", "", "data `directory`: identity, the default LUN, the admin socket (default ./"+defaultDataDir+"; with -config only if given or set as target.data_dir)")
-	fs.StringVar(&o.listen, "listen", "", "comma-separated host:port `addresses` for the first port (default 127.0.0.1:5555; overrides port[0].listen)")
-	fs.StringVar(&o.transport, "transport", "", "transport of the first port: iwarp or verbs")
-	fs.StringVar(&o.guid, "guid", "", "service GUID of the first port, 16 hex digits")
-	fs.StringVar(&o.demo, "demo", "", "demo mode (admit every initiator): true or false")
-	fs.StringVar(&o.admin, "admin", "", "admin API unix socket `path` (default DATA_DIR/srptd.sock)")
-	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics on this `host:port` (/metrics)")
-	fs.BoolVar(&o.verbose, "v", false, "debug logging")
-	fs.BoolVar(&o.check, "check", false, "validate the configuration and exit")
-	fs.StringVar(&o.pprof, "pprof", "", "serve Go profiling (net/http/pprof) on this `host:port`, for debugging")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	return o, nil
-}
-
 // applyFlags lets the flags override the configuration's common items.
 func applyFlags(c *Config, o *options) error {
 	c.flagged = map[string]string{}
@@ -92,38 +68,30 @@ func applyFlags(c *Config, o *options) error {
 		p := &c.Ports[0]
 		if o.listen != "" {
 			p.Listen = strings.Split(o.listen, ",")
-			c.flagged["port[0].listen"] = "-listen"
+			c.flagged["port[0].listen"] = "--listen"
 		}
 		if o.transport != "" {
 			p.Transport = o.transport
-			c.flagged["port[0].transport"] = "-transport"
+			c.flagged["port[0].transport"] = "--transport"
 		}
 		if o.guid != "" {
 			p.ServiceGUID = o.guid
-			c.flagged["port[0].service_guid"] = "-guid"
+			c.flagged["port[0].service_guid"] = "--guid"
 		}
 	}
-	if o.demo != "" {
-		switch o.demo {
-		case "true", "1", "on":
-			v := true
-			c.Target.DemoMode = &v
-		case "false", "0", "off":
-			v := false
-			c.Target.DemoMode = &v
-		default:
-			return fmt.Errorf("-demo: %q is not true or false", o.demo)
-		}
+	if o.demoSet {
+		v := o.demo
+		c.Target.DemoMode = &v
 	}
 	if o.admin != "" {
 		c.Admin.Socket = o.admin
 	}
 	if o.metrics != "" {
 		c.Metrics.Listen = o.metrics
-		c.flagged["metrics.listen"] = "-metrics"
+		c.flagged["metrics.listen"] = "--metrics"
 	}
 	if o.dataDir != "" {
-		c.flagged["target.data_dir"] = "-data-dir"
+		c.flagged["target.data_dir"] = "--data-dir"
 	}
 	return nil
 }
@@ -187,7 +155,7 @@ type ready struct {
 // run is the daemon: it returns when ctx ends (after a graceful shutdown) or
 // on a setup error, after undoing whatever it had started.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, started func(ready)) error {
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -265,7 +233,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	if o.pprof != "" {
 		stopProf, err := startPprof(o.pprof, log)
 		if err != nil {
-			return fmt.Errorf("-pprof: %w", err)
+			return fmt.Errorf("--pprof: %w", err)
 		}
 		defer stopProf()
 	}
@@ -278,6 +246,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	notify(log, fmt.Sprintf("READY=1\nSTATUS=serving %d LUN(s) on %d address(es)", len(cfg.LUNs), len(info.addrs)))
 	if started != nil {
 		started(info)
 	}
@@ -286,7 +255,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		case <-ctx.Done():
 			done = true
 		case <-hup:
+			notify(log, "RELOADING=1")
 			d.reload(o)
+			notify(log, "READY=1")
 		}
 	}
 
@@ -294,6 +265,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	// (SRP_T_LOGOUT), wait for them to drain; the deferred close then
 	// flushes and closes the backstores.
 	log.Info("shutting down")
+	notify(log, "STOPPING=1")
 	timeout := time.Duration(cfg.Target.ShutdownTimeout)
 	if timeout <= 0 {
 		timeout = 10 * time.Second

@@ -233,10 +233,10 @@ func TestFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-listen", "nohost"}, `-listen: "nohost": want host:port or [ipv6]:port`},
-		{[]string{"-guid", "xyz"}, `-guid: "xyz": want 16 hex digits`},
-		{[]string{"-demo", "maybe"}, `-demo: "maybe" is not true or false`},
-		{[]string{"-metrics", "x"}, `-metrics: "x": want host:port`},
+		{[]string{"-listen", "nohost"}, `--listen: "nohost": want host:port or [ipv6]:port`},
+		{[]string{"-guid", "xyz"}, `--guid: "xyz": want 16 hex digits`},
+		{[]string{"-demo", "maybe"}, `invalid argument "maybe" for "--demo" flag`},
+		{[]string{"--metrics", "x"}, `--metrics: "x": want host:port`},
 	} {
 		err := run(testCtx(t), append([]string{"-check", "-config", cfg}, tc.args...), io.Discard, io.Discard, nil)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

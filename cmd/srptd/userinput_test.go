@@ -254,7 +254,7 @@ func TestPprofInUseBeforeLoginInfo(t *testing.T) {
 	defer l.Close()
 	var out syncBuf
 	err = run(testCtx(t), []string{"-data-dir", t.TempDir(), "-listen", "127.0.0.1:0", "-pprof", l.Addr().String()}, &out, io.Discard, nil)
-	if err == nil || !strings.HasPrefix(err.Error(), "-pprof: ") {
+	if err == nil || !strings.HasPrefix(err.Error(), "--pprof: ") {
 		t.Fatalf("err %v", err)
 	}
 	if out.String() != "" {
@@ -292,7 +292,7 @@ func TestSetupErrorWithoutLoginWarning(t *testing.T) {
 	defer l.Close()
 	var logs syncBuf
 	err = run(testCtx(t), []string{"-data-dir", t.TempDir(), "-listen", "0.0.0.0:0", "-metrics", l.Addr().String()}, io.Discard, &logs, nil)
-	if err == nil || !strings.HasPrefix(err.Error(), "-metrics: ") {
+	if err == nil || !strings.HasPrefix(err.Error(), "--metrics: ") {
 		t.Fatalf("err %v", err)
 	}
 	if strings.Contains(logs.String(), "demo mode") {
