@@ -7,6 +7,8 @@ pkgs=(
   # end-to-end tests: FUSE attach, filesystems, the NBD peer benchmark
   # (scripts/bench.sh) and its loopback TCP reference stream
   fuse3 e2fsprogs fio nbdkit util-linux iperf3
+  # the Debian package test: systemd-analyze verify of srptd.service
+  systemd
   # cgo verbs provider (built with -tags verbs)
   libibverbs-dev librdmacm-dev rdma-core pkg-config gcc
   # VM interop suite

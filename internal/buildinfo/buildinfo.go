@@ -9,10 +9,11 @@ import (
 	"runtime/debug"
 )
 
-// version is set by packagers with
-// -ldflags "-X github.com/gosrp/gosrp/internal/buildinfo.version=1.2-3";
-// empty: the main module's version from the build information.
-var version string
+// version and commit are set by packagers with -ldflags "-X
+// github.com/gosrp/gosrp/internal/buildinfo.version=1.2-3 -X
+// ...buildinfo.commit=0123abcd"; empty: the main module's version and the
+// VCS revision from the build information.
+var version, commit string
 
 // Info is what the binary knows about its build.
 type Info struct {
@@ -31,6 +32,7 @@ func Read() Info {
 		if in.Version == "" {
 			in.Version = "unknown"
 		}
+		in.Commit = commit
 		return in
 	}
 	if in.Version == "" {
@@ -45,6 +47,9 @@ func Read() Info {
 		case "vcs.modified":
 			in.Modified = s.Value == "true"
 		}
+	}
+	if commit != "" && in.Commit == "" {
+		in.Commit = commit
 	}
 	return in
 }
