@@ -321,11 +321,8 @@ func (c *conn) postSend(wrs []rdma.SendWR) error {
 		}
 	}
 	c.sendSeq += uint64(posted)
-	if rc != 0 {
-		if rc == C.ENOMEM {
-			return rdma.ErrQueueFull
-		}
-		return fmt.Errorf("verbs: ibv_post_send: %w", syscall.Errno(rc))
+	if err := postErr(rc, "ibv_post_send"); err != nil {
+		return err
 	}
 	if full {
 		return rdma.ErrQueueFull
@@ -364,13 +361,19 @@ func (c *conn) postRecv(wrs []rdma.RecvWR) error {
 		c.recvIDs[(c.recvSeq+uint64(i))%uint64(len(c.recvIDs))] = wrs[i].ID
 	}
 	c.recvSeq += uint64(posted)
-	if rc != 0 {
-		if rc == C.ENOMEM {
-			return rdma.ErrQueueFull
-		}
-		return fmt.Errorf("verbs: ibv_post_recv: %w", syscall.Errno(rc))
+	return postErr(rc, "ibv_post_recv")
+}
+
+// postErr is the error of a post call that returned rc: rdma.ErrQueueFull
+// for ENOMEM (the queue is full), the errno otherwise.
+func postErr(rc C.int, call string) error {
+	switch rc {
+	case 0:
+		return nil
+	case C.ENOMEM:
+		return rdma.ErrQueueFull
 	}
-	return nil
+	return fmt.Errorf("verbs: %s: %w", call, syscall.Errno(rc))
 }
 
 var wcStatus = map[C.uint32_t]rdma.Status{

@@ -134,11 +134,8 @@ func (s *srq) postRecv(wrs []rdma.RecvWR) error {
 		delete(s.ids, s.seq+uint64(i))
 	}
 	s.seq += uint64(n)
-	if rc != 0 {
-		if rc == C.ENOMEM {
-			return rdma.ErrQueueFull
-		}
-		return fmt.Errorf("verbs: ibv_post_srq_recv: %w", syscall.Errno(rc))
+	if err := postErr(rc, "ibv_post_srq_recv"); err != nil {
+		return err
 	}
 	return stop
 }

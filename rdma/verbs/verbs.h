@@ -214,27 +214,29 @@ static inline int gs_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct 
 	return 0;
 }
 
+// gs_conn_param fills the connection parameters of rdma_accept and
+// rdma_connect: private data, IRD/ORD, RNR retries without limit (7) and,
+// for connect, 7 transport retries (rdma_accept ignores retry_count).
+static inline void gs_conn_param(struct rdma_conn_param *p, void *pd, int pdlen, int rr, int idep, int retry) {
+	memset(p, 0, sizeof(*p));
+	p->private_data = pd;
+	p->private_data_len = pdlen;
+	p->responder_resources = rr;
+	p->initiator_depth = idep;
+	p->retry_count = retry;
+	p->rnr_retry_count = 7;
+}
+
 static inline int gs_accept(struct rdma_cm_id *id, void *pd, int pdlen, int rr, int idep) {
 	struct rdma_conn_param p;
-	memset(&p, 0, sizeof(p));
-	p.private_data = pd;
-	p.private_data_len = pdlen;
-	p.responder_resources = rr;
-	p.initiator_depth = idep;
-	p.rnr_retry_count = 7;
+	gs_conn_param(&p, pd, pdlen, rr, idep, 0);
 	if (rdma_accept(id, &p) != 0) return errno;
 	return 0;
 }
 
 static inline int gs_connect(struct rdma_cm_id *id, void *pd, int pdlen, int rr, int idep) {
 	struct rdma_conn_param p;
-	memset(&p, 0, sizeof(p));
-	p.private_data = pd;
-	p.private_data_len = pdlen;
-	p.responder_resources = rr;
-	p.initiator_depth = idep;
-	p.retry_count = 7;
-	p.rnr_retry_count = 7;
+	gs_conn_param(&p, pd, pdlen, rr, idep, 7);
 	if (rdma_connect(id, &p) != 0) return errno;
 	return 0;
 }
