@@ -117,23 +117,23 @@ func (d *Device) InjectFault(f Fault) error {
 // matchFault returns the fault hitting a request with opcode op, if any.
 // Called with p.mu held (device faults are guarded by dev.mu, taken after).
 func (c *Conn) matchFault(op rdma.Opcode) *Fault {
-	for i, s := range c.faults {
-		if s.take(op) {
-			f := s.f
-			if s.hit == 0 {
-				c.faults = append(c.faults[:i:i], c.faults[i+1:]...)
-			}
-			return &f
-		}
+	if f := takeFault(&c.faults, op); f != nil {
+		return f
 	}
 	d := c.dev
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for i, s := range d.faults {
+	return takeFault(&d.faults, op)
+}
+
+// takeFault counts a hit of the first fault in *list that matches op and
+// returns a copy of it; a fault with no hit left leaves the list.
+func takeFault(list *[]*faultState, op rdma.Opcode) *Fault {
+	for i, s := range *list {
 		if s.take(op) {
 			f := s.f
 			if s.hit == 0 {
-				d.faults = append(d.faults[:i:i], d.faults[i+1:]...)
+				*list = append((*list)[:i:i], (*list)[i+1:]...)
 			}
 			return &f
 		}
