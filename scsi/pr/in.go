@@ -24,6 +24,11 @@ func (s *State) In(n Nexus, cdb []byte, dst []byte) (int, Outcome) {
 		s.mu.Unlock()
 		return 0, conflict
 	}
+	if err := s.refreshLocked(); err != nil {
+		s.mu.Unlock()
+		s.log.Warn("shared persistent reservation state not read", "err", err)
+		return 0, outcome(InternalTargetFailure)
+	}
 	var data []byte
 	switch cdb[1] & 0x1f {
 	case InReadKeys:
@@ -85,7 +90,7 @@ func (s *State) reportCapabilities() []byte {
 	b := make([]byte, 8)
 	binary.BigEndian.PutUint16(b[0:], 8)
 	b[2] = 0x10 | 0x08 | 0x04 // CRH, SIP_C, ATP_C
-	if s.cfg.Persister != nil {
+	if s.cfg.Persister != nil || s.cfg.Shared != nil {
 		b[2] |= 0x01 // PTPL_C
 	}
 	b[3] = 0x80 | 0x3<<4 // TMV, ALLOW COMMANDS 011b

@@ -139,7 +139,7 @@ func (s *State) Out(n Nexus, cdb, param []byte) (Effects, Outcome) {
 	if !o.OK() {
 		return Effects{}, o
 	}
-	if p.APTPL && s.cfg.Persister == nil {
+	if p.APTPL && s.cfg.Persister == nil && s.cfg.Shared == nil {
 		switch sa {
 		case OutRegister, OutRegisterAndIgnoreExistingKey:
 			return Effects{}, badParam(20, 0)
@@ -147,13 +147,52 @@ func (s *State) Out(n Nexus, cdb, param []byte) (Effects, Outcome) {
 			return Effects{}, badParam(17, 0)
 		}
 	}
+	if s.cfg.Shared == nil {
+		return s.outLocal(n, cdb, sa, p)
+	}
+	// Shared: apply to the stored state and swap it in only if no other
+	// gateway changed it meanwhile; otherwise re-read and apply again.
+	for range sharedAttempts {
+		if err := s.refreshLocked(); err != nil {
+			s.log.Warn("shared persistent reservation state not read", "err", err)
+			return Effects{}, outcome(InternalTargetFailure)
+		}
+		c, eff, changed, o := s.apply(n, cdb, sa, p)
+		if !o.OK() {
+			return Effects{}, o
+		}
+		if !changed {
+			s.c = c
+			s.noteLocked()
+			return eff, good
+		}
+		ver, swapped, err := s.cfg.Shared.CompareAndSwap(s.sharedVer, c.image())
+		if err != nil {
+			s.log.Warn("shared persistent reservation state not saved", "err", err)
+			return Effects{}, outcome(InternalTargetFailure)
+		}
+		if swapped {
+			s.c, s.sharedVer = c, ver
+			s.noteLocked()
+			s.log.Debug("persistent reserve out (shared)", "sa", sa, "initiator", n.InitiatorPortID,
+				"target", n.TargetPortID, "gen", c.gen, "regs", len(c.regs), "version", ver)
+			return eff, good
+		}
+	}
+	s.log.Warn("shared persistent reservation state changed under every attempt", "attempts", sharedAttempts)
+	return Effects{}, outcome(InternalTargetFailure)
+}
 
+// apply runs service action sa on a copy of the state and returns the new
+// state, the effects, whether anything changed, and the outcome.
+func (s *State) apply(n Nexus, cdb []byte, sa uint8, p Params) (core, Effects, bool, Outcome) {
 	c := s.c.clone()
 	op := outOp{
 		c: &c, cfg: &s.cfg, n: n, k: keyOf(n), p: p,
 		scope: cdb[2] >> 4, typ: Type(cdb[2] & 0x0f),
 	}
 	var changed bool
+	var o Outcome
 	switch sa {
 	case OutRegister:
 		changed, o = op.register(false)
@@ -172,6 +211,13 @@ func (s *State) Out(n Nexus, cdb, param []byte) (Effects, Outcome) {
 	case OutRegisterAndMove:
 		changed, o = op.registerAndMove()
 	}
+	return c, op.eff, changed, o
+}
+
+// outLocal is Out for a state kept by this State alone (with the
+// Persister while APTPL is active).
+func (s *State) outLocal(n Nexus, cdb []byte, sa uint8, p Params) (Effects, Outcome) {
+	c, eff, changed, o := s.apply(n, cdb, sa, p)
 	if !o.OK() {
 		return Effects{}, o
 	}
@@ -191,7 +237,7 @@ func (s *State) Out(n Nexus, cdb, param []byte) (Effects, Outcome) {
 	}
 	s.c = c
 	s.noteLocked()
-	return op.eff, good
+	return eff, good
 }
 
 // outOp is one PERSISTENT RESERVE OUT being applied to a copy of the state.

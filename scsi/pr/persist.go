@@ -94,8 +94,11 @@ var ErrBadImage = errors.New("pr: bad persistent reservation image")
 
 // image is the JSON form of the persistent state; see State.Save.
 type image struct {
-	Version       int         `json:"version"`
-	APTPL         bool        `json:"aptpl"`
+	Version int  `json:"version"`
+	APTPL   bool `json:"aptpl"`
+	// Generation is PRgeneration, kept in a shared image (Config.Shared)
+	// only: a power on starts it at zero.
+	Generation    uint32      `json:"generation,omitempty"`
 	Registrations []imageReg  `json:"registrations"`
 	Reservation   *imageResrv `json:"reservation,omitempty"`
 }
@@ -116,7 +119,7 @@ type imageResrv struct {
 }
 
 func (c *core) image() []byte {
-	im := image{Version: ImageVersion, APTPL: c.aptpl, Registrations: []imageReg{}}
+	im := image{Version: ImageVersion, APTPL: c.aptpl, Generation: c.gen, Registrations: []imageReg{}}
 	for i, r := range c.regs {
 		im.Registrations = append(im.Registrations, imageReg{
 			Key:         fmt.Sprintf("%#016x", r.key),
@@ -162,8 +165,9 @@ func (c *core) image() []byte {
 //	  }
 //	}
 //
-// PRgeneration is not stored: it is zero after a power on (SPC-4 §6.15.2),
-// and so after Load. SPC-2 reservations are never stored.
+// PRgeneration is stored ("generation") but Load starts it at zero, as a
+// power on does (SPC-4 §6.15.2); a shared image (Config.Shared) keeps it.
+// SPC-2 reservations are never stored.
 func (s *State) Save(w io.Writer) error {
 	s.mu.Lock()
 	b := s.c.image()
@@ -178,32 +182,47 @@ func (s *State) Save(w io.Writer) error {
 // malformed image, or r's error) the state is unchanged. Load does not call
 // the Persister.
 func (s *State) Load(r io.Reader) error {
+	c, err := decodeImage(r)
+	if err != nil {
+		return err
+	}
+	c.gen = 0
+	s.mu.Lock()
+	s.c = c
+	s.rsv = nil
+	s.noteLocked()
+	s.mu.Unlock()
+	return nil
+}
+
+// decodeImage parses an image written by Save (PRgeneration included).
+func decodeImage(r io.Reader) (core, error) {
 	var im image
 	dec := json.NewDecoder(io.LimitReader(r, 64<<20))
 	if err := dec.Decode(&im); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadImage, err)
+		return core{}, fmt.Errorf("%w: %v", ErrBadImage, err)
 	}
 	if im.Version != ImageVersion {
-		return fmt.Errorf("%w: version %d, want %d", ErrBadImage, im.Version, ImageVersion)
+		return core{}, fmt.Errorf("%w: version %d, want %d", ErrBadImage, im.Version, ImageVersion)
 	}
-	c := core{aptpl: im.APTPL, nextID: 1}
+	c := core{aptpl: im.APTPL, gen: im.Generation, nextID: 1}
 	for i, ir := range im.Registrations {
 		key, err := strconv.ParseUint(ir.Key, 0, 64)
 		if err != nil || key == 0 {
-			return fmt.Errorf("%w: registration %d: key %q", ErrBadImage, i, ir.Key)
+			return core{}, fmt.Errorf("%w: registration %d: key %q", ErrBadImage, i, ir.Key)
 		}
 		if ir.Initiator == "" || (ir.Target == "") != ir.AllTgPt {
-			return fmt.Errorf("%w: registration %d: bad nexus", ErrBadImage, i)
+			return core{}, fmt.Errorf("%w: registration %d: bad nexus", ErrBadImage, i)
 		}
 		k := nexusKey{ir.Initiator, ir.Target}
 		if ir.AllTgPt {
 			for _, r := range c.regs {
 				if r.allTgPt && r.initiator == ir.Initiator {
-					return fmt.Errorf("%w: registration %d: duplicate", ErrBadImage, i)
+					return core{}, fmt.Errorf("%w: registration %d: duplicate", ErrBadImage, i)
 				}
 			}
 		} else if r := c.find(k); r != nil && !r.allTgPt {
-			return fmt.Errorf("%w: registration %d: duplicate", ErrBadImage, i)
+			return core{}, fmt.Errorf("%w: registration %d: duplicate", ErrBadImage, i)
 		}
 		c.regs = append(c.regs, registration{
 			id: c.nextID, key: key, initiator: ir.Initiator, target: ir.Target,
@@ -213,14 +232,9 @@ func (s *State) Load(r io.Reader) error {
 	}
 	if rs := im.Reservation; rs != nil {
 		if rs.Holder < 0 || rs.Holder >= len(c.regs) || rs.Scope != ScopeLU || !rs.Type.Valid() {
-			return fmt.Errorf("%w: bad reservation", ErrBadImage)
+			return core{}, fmt.Errorf("%w: bad reservation", ErrBadImage)
 		}
 		c.res = &reservation{holder: c.regs[rs.Holder].id, typ: rs.Type}
 	}
-	s.mu.Lock()
-	s.c = c
-	s.rsv = nil
-	s.noteLocked()
-	s.mu.Unlock()
-	return nil
+	return c, nil
 }

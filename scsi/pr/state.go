@@ -31,6 +31,11 @@ type Config struct {
 	// Logger receives one Debug line per state change and Warn lines for
 	// persistence failures. Nil discards.
 	Logger *slog.Logger
+	// Shared, when set, holds the registrations, the persistent reservation
+	// and PRgeneration for every gateway exporting the logical unit (see
+	// SharedStore); it also makes them persist through power loss, so the
+	// Persister is not used.
+	Shared SharedStore
 }
 
 // DefaultMaxRegistrations is the registration limit when
@@ -47,6 +52,12 @@ type State struct {
 	mu  sync.Mutex
 	c   core      // persistent reservations; replaced whole on each change
 	rsv *nexusKey // SPC-2 reservation holder, nil if none
+
+	// sharedVer is the version of Config.Shared's image that c holds.
+	sharedVer uint64
+	// stale is set by Invalidate (another gateway changed the shared image)
+	// and cleared by refreshLocked; Check reads it without the lock.
+	stale atomic.Bool
 
 	// reserved is true while an SPC-2 or persistent reservation exists; Check
 	// reads it without the lock so that unreserved logical units pay one
@@ -191,11 +202,18 @@ func (s *State) Check(n Nexus, cl Class) Outcome {
 	case ClassPersistentReserve, ClassReserveRelease:
 		return good
 	}
-	if !s.reserved.Load() {
+	if !s.reserved.Load() && !s.stale.Load() {
 		return good
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.stale.Load() {
+		if err := s.refreshLocked(); err != nil {
+			// The last state read stays in force; the next command retries.
+			s.log.Warn("shared persistent reservation state not read", "err", err)
+			s.stale.Store(true)
+		}
+	}
 	k := keyOf(n)
 	if s.rsv != nil && *s.rsv != k {
 		if cl == ClassUnrestricted {
