@@ -185,7 +185,7 @@ func startGosrp(ctx context.Context, srptd, srpctl, dir string, lunBytes int64, 
 	if err := os.WriteFile(conf, fmt.Appendf(nil, srptdConfig, lunBytes), 0o644); err != nil {
 		return nil, err
 	}
-	srv, err := startServer(ctx, filepath.Join(dir, "srptd.log"), srptd, "-config", conf, "-data-dir", data)
+	srv, err := startServer(ctx, filepath.Join(dir, "srptd.log"), srptd, "--config", conf, "--data-dir", data)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func (g *gosrp) info() Side {
 	}
 	return Side{
 		Name:   sideOurs,
-		Server: "srptd -config srptd.toml (demo mode, iWARP on 127.0.0.1, RAM LUN)",
+		Server: "srptd --config srptd.toml (demo mode, iWARP on 127.0.0.1, RAM LUN)",
 		Client: "srpctl bench " + g.target + " --rw RW --bs BS --qd QD --runtime T --json",
 		Detail: detail,
 	}
