@@ -21,6 +21,7 @@ SIZE_MIB=${SIZE_MIB:-64}
 W=$(mktemp -d)
 SRPTD_PID=""
 cleanup() {
+  [ "$BASHPID" = "$$" ] || return 0 # not in a pipeline's subshell
   set +e
   [ -n "$SRPTD_PID" ] && kill -9 "$SRPTD_PID" 2>/dev/null && wait "$SRPTD_PID" 2>/dev/null
   rm -rf "$W"
@@ -106,7 +107,7 @@ for cycle in $(seq "$CYCLES"); do
       interrupted=$((interrupted + 1)) what="interrupted"
     elif acked=$(printf '%s\n' "$msg" | grep -oE 'all [0-9]+ bytes were acknowledged' | grep -oE '[0-9]+'); then
       interrupted=$((interrupted + 1)) what="written, flush interrupted"
-    elif printf '%s\n' "$msg" | grep -qiE 'login|connect|refused|EOF'; then
+    elif printf '%s\n' "$msg" | grep -iE 'login|connect|refused|EOF' >/dev/null; then
       acked=0 what="killed before login"
     else
       fail "cycle $cycle: srpctl write failed without saying what was acknowledged: $msg"
@@ -126,7 +127,7 @@ for cycle in $(seq "$CYCLES"); do
   lost=$((lost + bad))
   echo "crash: cycle $cycle/$CYCLES write_cache=$([ $((cycle % 2)) = 1 ] && echo on || echo off): $what, $acked bytes acknowledged at LBA $lba, $bad blocks lost; srptd back in ${RESTART_MS} ms"
   [ "$rc" = 0 ] || echo "crash:   srpctl: $(tail -1 "$W/write.err")"
-  kill "$SRPTD_PID"; wait "$SRPTD_PID" 2>/dev/null || true; SRPTD_PID=""
+  kill "$SRPTD_PID" 2>/dev/null || true; wait "$SRPTD_PID" 2>/dev/null || true; SRPTD_PID=""
 done
 echo "crash: summary: $CYCLES cycles, $kills kills ($interrupted interrupted a write, $completed after it completed), $checked acknowledged bytes read back, $lost acknowledged blocks lost; srptd restart mean $((restart_sum / CYCLES)) ms, max $restart_max ms"
 [ "$lost" = 0 ] || exit 1
