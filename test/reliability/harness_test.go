@@ -46,18 +46,6 @@ func envInt(t *testing.T, name string, def int) int {
 	return def
 }
 
-// envDuration is envInt for durations.
-func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			t.Fatalf("%s=%q: not a positive duration", name, v)
-		}
-		return d
-	}
-	return def
-}
-
 type coreOf struct{ t *scsi.Target }
 
 func (c coreOf) OpenSession(n scsi.Nexus) (scsi.Session, error) { return c.t.NewSession(n), nil }
