@@ -59,6 +59,12 @@ type tgt struct {
 
 func startTarget(t *testing.T, luns ...backstore.Backstore) *tgt {
 	t.Helper()
+	return startTargetCfg(t, nil, luns...)
+}
+
+// startTargetCfg is startTarget with the port configuration changed by mod.
+func startTargetCfg(t *testing.T, mod func(*target.Config), luns ...backstore.Backstore) *tgt {
+	t.Helper()
 	log := testLogger()
 	dev := iwarp.NewDevice(iwarp.Config{HandshakeTimeout: 2 * time.Second, CompleteOnTransmit: true, Logger: log})
 	st := scsi.NewTarget(scsi.TargetConfig{Logger: log})
@@ -71,7 +77,11 @@ func startTarget(t *testing.T, luns ...backstore.Backstore) *tgt {
 			t.Fatal(err)
 		}
 	}
-	p, err := target.NewPort(target.Config{ServiceGUID: guid, DemoMode: true, LogoutTimeout: 500 * time.Millisecond, Logger: log}, dev, coreOf{st})
+	cfg := target.Config{ServiceGUID: guid, DemoMode: true, LogoutTimeout: 500 * time.Millisecond, Logger: log}
+	if mod != nil {
+		mod(&cfg)
+	}
+	p, err := target.NewPort(cfg, dev, coreOf{st})
 	if err != nil {
 		t.Fatal(err)
 	}
