@@ -9,6 +9,8 @@ pkgs=(
   fuse3 e2fsprogs fio nbdkit util-linux iperf3
   # the Debian package test: systemd-analyze verify of srptd.service
   systemd
+  # network fault campaign (scripts/campaign/netfault.sh): packet loss, partitions
+  nftables iproute2
   # cgo verbs provider (built with -tags verbs)
   libibverbs-dev librdmacm-dev rdma-core pkg-config gcc
   # VM interop suite

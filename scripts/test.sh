@@ -13,6 +13,10 @@ echo "== go test"; go test -race -timeout 15m ./...
 echo "== ceph: RBD backstore against a single-node cluster"; ./scripts/test-ceph.sh
 echo "== fuzz"; ./scripts/fuzz.sh
 if [ -x test/e2e/run.sh ]; then echo "== e2e"; test/e2e/run.sh; fi
+# Short runs of the reliability campaigns that need the programs or root
+# (the others run in go test above); docs/RELIABILITY.md has the full runs.
+echo "== campaign: srptd crash under srpctl write"; CYCLES=5 SIZE_MIB=16 scripts/campaign/crash.sh
+echo "== campaign: packet loss and partition"; PARTS=2 SHORT=1 scripts/campaign/netfault.sh
 if [ "${GOSRP_SKIP_INTEROP:-0}" != 1 ] && [ -x test/interop/run.sh ]; then
   echo "== interop"; test/interop/run.sh
 fi

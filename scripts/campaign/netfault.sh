@@ -14,6 +14,8 @@
 #
 #   scripts/campaign/netfault.sh                  # documented run: both parts, long holds
 #   SHORT=1 scripts/campaign/netfault.sh          # 2 s holds, 10 s partition
+#   PARTS=2 SHORT=1 scripts/campaign/netfault.sh  # part 2 only (the test suite's run:
+#                                                 # go test runs part 1's short version)
 #
 # Prints per fault: runs, verified bytes, errors, time to recover.
 set -euo pipefail
@@ -23,13 +25,20 @@ SHORT=${SHORT:-0}
 PARTITION=${PARTITION:-30}
 [ "$SHORT" = 1 ] && PARTITION=10
 
-echo "== netfault part 1: stream faults through the proxy"
-if [ "$SHORT" = 1 ]; then
+PARTS=${PARTS:-1 2}
+if [[ " $PARTS " != *" 1 "* ]]; then
+  :
+elif [ "$SHORT" = 1 ]; then
+  echo "== netfault part 1: stream faults through the proxy"
   go test -count=1 -timeout 10m ./test/reliability -run TestNetFaults -v | grep -E 'netfault_test|^(---|ok|FAIL)'
 else
+  echo "== netfault part 1: stream faults through the proxy"
   RELIABILITY_LONG=1 go test -count=1 -timeout 60m ./test/reliability -run TestNetFaults -v | grep -E 'netfault_test|^(---|ok|FAIL)'
 fi
 
+if [[ " $PARTS " != *" 2 "* ]]; then
+  exit 0
+fi
 if [ "$(id -u)" != 0 ] || ! command -v nft >/dev/null; then
   echo "== netfault part 2 skipped: needs root and nftables (apt-get install nftables)"
   exit 0
@@ -88,12 +97,13 @@ nft_ns add chain inet gosrpnf in '{ type filter hook input priority 0; }'
 nft_ns add chain inet gosrpnf out '{ type filter hook output priority 0; }'
 
 # 1 % loss each way: TCP retransmits; the data must verify.
-nft_ns add rule inet gosrpnf in numgen random mod 100 '<' 1 drop
-nft_ns add rule inet gosrpnf out numgen random mod 100 '<' 1 drop
+nft_ns add rule inet gosrpnf in numgen random mod 100 '<' 1 counter drop
+nft_ns add rule inet gosrpnf out numgen random mod 100 '<' 1 counter drop
 size=128m; [ "$SHORT" = 1 ] && size=32m
 t0=$SECONDS
 if "$W/srpctl" bench "$T" --verify --size "$size" --bs 64k --qd 16 --loops 2 --reconnect-delay 500ms >"$W/loss.out" 2>&1; then
-  echo "netfault: 1% loss both ways: bench --verify of $size x 2 passes passed in $((SECONDS - t0)) s: $(grep -iE 'verif|block' "$W/loss.out" | tail -1)"
+  dropped=$(nft_ns list table inet gosrpnf | grep -oE 'packets [0-9]+' | awk '{ s += $2 } END { print s + 0 }')
+  echo "netfault: 1% loss both ways: bench --verify of $size x 2 passes passed in $((SECONDS - t0)) s, $dropped packets dropped: $(grep -iE 'verif|block' "$W/loss.out" | tail -1)"
 else
   cat "$W/loss.out"; fail "bench --verify across 1% loss"
 fi
