@@ -48,7 +48,9 @@ func envInt(t *testing.T, name string, def int) int {
 
 type coreOf struct{ t *scsi.Target }
 
-func (c coreOf) OpenSession(n scsi.Nexus) (scsi.Session, error) { return c.t.NewSession(n), nil }
+func (c coreOf) OpenSession(n scsi.Nexus, v scsi.View) (scsi.Session, error) {
+	return c.t.OpenSession(n, v), nil
+}
 
 // tgt is one in-process target: an iWARP port on 127.0.0.1:0 serving the
 // given backstores as LUN 0, 1, ...

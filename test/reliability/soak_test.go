@@ -17,6 +17,7 @@ import (
 
 	"github.com/gosrp/gosrp/backstore"
 	"github.com/gosrp/gosrp/rdma/iwarp"
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/gosrp/gosrp/srp/target"
 )
@@ -201,7 +202,7 @@ func TestDataMemoryBudget(t *testing.T) {
 							return
 						}
 						good.Add(1)
-					case errors.As(err, &se) && se.Status == initiator.StatusTaskSetFull:
+					case errors.As(err, &se) && se.Status == sense.StatusTaskSetFull:
 						full.Add(1)
 						time.Sleep(time.Millisecond)
 					default:
