@@ -26,6 +26,7 @@ package rbd
 import "C"
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -78,6 +79,9 @@ type Image struct {
 
 	mu     sync.RWMutex // guards closed against calls in flight
 	closed bool
+
+	storesMu sync.Mutex
+	stores   []*ReservationStore // closed by Close, before the connection
 }
 
 // Errors of Open, matchable with errors.Is.
@@ -466,18 +470,31 @@ func (im *Image) Identity() (string, error) {
 	}
 	defer im.leave()
 	buf := make([]byte, 64)
-	if ret := C.rbd_get_id(im.img, ptr(buf), C.size_t(len(buf))); ret < 0 {
-		return "", rbdErr("get id", C.ssize_t(ret))
+	if ret := rbdGetID(im, buf); ret < 0 {
+		return "", rbdErr("get id", ret)
 	}
-	id := C.GoString(ptr(buf))
-	return fmt.Sprintf("%s/%d/%s", fsid, im.ioctx.GetPoolID(), id), nil
+	return fmt.Sprintf("%s/%d/%s", fsid, im.ioctx.GetPoolID(), cString(buf)), nil
+}
+
+// rbdGetID writes the image's id, NUL-terminated, into buf (rbd_get_id).
+// The caller holds a slot (enter).
+func rbdGetID(im *Image, buf []byte) C.ssize_t {
+	return C.ssize_t(C.rbd_get_id(im.img, ptr(buf), C.size_t(len(buf))))
+}
+
+// cString returns the NUL-terminated string at the start of b.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return string(b[:i])
+	}
+	return string(b)
 }
 
 // Name returns "pool/image".
 func (im *Image) Name() string { return im.cfg.Pool + "/" + im.cfg.Image }
 
 // Close implements backstore.Backstore: waits for calls in flight, closes the
-// image and the connection.
+// reservation stores, the image and the connection.
 func (im *Image) Close() error {
 	im.mu.Lock()
 	if im.closed {
@@ -486,6 +503,11 @@ func (im *Image) Close() error {
 	}
 	im.closed = true
 	im.mu.Unlock()
+	im.storesMu.Lock()
+	for _, st := range im.stores {
+		st.Close()
+	}
+	im.storesMu.Unlock()
 	ret := C.rbd_close(im.img)
 	im.ioctx.Destroy()
 	im.conn.Shutdown()

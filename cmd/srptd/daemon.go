@@ -19,6 +19,7 @@ import (
 	"github.com/gosrp/gosrp/backstore"
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/scsi/pr"
 	"github.com/gosrp/gosrp/srp/target"
 	"golang.org/x/sys/unix"
 )
@@ -72,6 +73,9 @@ type lunState struct {
 	// stopWatch ends the capacity watch of an RBD LUN (watchCapacity); nil
 	// for other backstores.
 	stopWatch func()
+	// res is the reservation state shared with the other gateways of an
+	// RBD image; nil for other backstores (the core makes a local one).
+	res *pr.State
 	lu        *scsi.LogicalUnit
 	stats     *lunStats
 }
@@ -210,11 +214,11 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 			}
 		}
 	case "rbd":
-		bs, serial, err := openRBD(sec)
+		bs, serial, res, err := openRBD(sec, d.log.With("lun", n))
 		if err != nil {
 			return ferr(field+".image", "%s/%s: %v", sec.Pool, sec.Image, err)
 		}
-		st.bs, st.path = bs, sec.Pool+"/"+sec.Image
+		st.bs, st.path, st.res = bs, sec.Pool+"/"+sec.Image, res
 		if sec.Serial == "" && sec.WWN == "" {
 			sec.Serial = serial
 		}
@@ -254,6 +258,7 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	}
 	if sec.Backstore == "rbd" {
 		lc.MaxCompareAndWriteBlocks = 1 // librbd compares and writes one sector
+		lc.Reservations = st.res
 	}
 	lc.Observer = st.stats
 	lu, err := scsi.NewLogicalUnit(lc)

@@ -5,6 +5,9 @@
 #   - both present the same LU (VPD 83h NAA), each its own relative port and
 #     target port group (decoded by sg3_utils' sg_vpd when installed);
 #   - a file written through A reads back the same through B;
+#   - a persistent reservation taken through A conflicts through B (shared
+#     through a RADOS object), and its release through A frees B;
+#   - an rbd resize reaches both gateways' READ CAPACITY;
 #   - srpctl bench --verify over both (multipath) while A is killed with
 #     SIGKILL: the run finishes through B with 0 mismatches;
 #   - A restarts and serves the image again; the data verifies through it.
@@ -108,8 +111,36 @@ timeout 60 "$S" write "$T_a" --if "$W/data.bin" || fail "write through A"
 timeout 60 "$S" read "$T_b" --of "$W/copy.bin" --count 8192 || fail "read through B"
 cmp "$W/data.bin" "$W/copy.bin" || fail "B reads other data than A wrote"
 
+step "a reservation taken through A conflicts through B"
+# PERSISTENT RESERVE OUT parameter lists (SPC-4 table 213): RESERVATION KEY,
+# SERVICE ACTION RESERVATION KEY, flags.
+printf '\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\x0a\0\0\0\0\0\0\0\0' >"$W/pr-register.bin"
+printf '\0\0\0\0\0\0\0\x0a\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0' >"$W/pr-key.bin"
+head -c 512 /dev/zero >"$W/block.bin"
+PRA="$T_a,initiator_ext=5" PRB="$T_b,initiator_ext=6"
+timeout 30 "$S" scsi "$PRA" "5f 00 00 00 00 00 00 00 18 00" --out "$W/pr-register.bin" >/dev/null || fail "REGISTER through A"
+timeout 30 "$S" scsi "$PRA" "5f 01 01 00 00 00 00 00 18 00" --out "$W/pr-key.bin" >/dev/null || fail "RESERVE (write exclusive) through A"
+timeout 30 "$S" scsi "$PRB" "2a 00 00 00 00 00 00 00 01 00" --out "$W/block.bin" >"$W/pr-w.out" 2>&1 && fail "B wrote under A's reservation"
+grep -q 'RESERVATION CONFLICT' "$W/pr-w.out" || fail "B's write: $(cat "$W/pr-w.out")"
+timeout 30 "$S" scsi "$PRB" "5e 01 00 00 00 00 00 00 20 00" --in 32 >"$W/pr-r.out" || fail "READ RESERVATION through B"
+grep -q '^00000000  00 00 00 0[1-9] 00 00 00 10  00 00 00 00 00 00 00 0a' "$W/pr-r.out" || fail "B reads no reservation by key 0xa: $(cat "$W/pr-r.out")"
+timeout 30 "$S" scsi "$PRA" "5f 02 01 00 00 00 00 00 18 00" --out "$W/pr-key.bin" >/dev/null || fail "RELEASE through A"
+timeout 30 "$S" scsi "$PRB" "2a 00 00 00 00 00 00 00 01 00" --out "$W/block.bin" >/dev/null || fail "B cannot write after A released"
+
+step "the image grown with rbd resize: both gateways report the new capacity"
+timeout 30 rbd -c "$GOSRP_CEPH_CONF" resize "rbd/$IMAGE" --size 320M >/dev/null 2>&1 || fail "rbd resize"
+for g in a b; do
+  t=T_$g
+  ok=""
+  for _ in $(seq 20); do # srptd re-reads the capacity every 2 s
+    if timeout 30 "$S" readcap "${!t},initiator_ext=8" 2>/dev/null | grep -q 'capacity *335544320 bytes'; then ok=1; break; fi
+    sleep 0.5
+  done
+  [ -n "$ok" ] || fail "gateway $g does not report 320 MiB after the resize"
+done
+
 step "bench --verify over A and B; A killed with SIGKILL during the run"
-timeout 240 "$S" bench "$T_a,initiator_ext=3" "$T_b,initiator_ext=3" --verify --rw randwrite --bs 64k --qd 16 --size 192MiB --loops 2 \
+timeout 240 "$S" bench "$T_a,initiator_ext=3" "$T_b,initiator_ext=3" --verify --rw randwrite --bs 64k --qd 16 --size 256MiB --loops 2 \
   --verify-seed 4242 -v >"$W/bench.out" 2>"$W/bench.err" &
 BENCH=$!
 sleep 2
@@ -124,7 +155,7 @@ grep -q 'switching path' "$W/bench.err" || fail "the run never left A: $(tail -5
 
 step "A restarts and rejoins: what B finished verifies through A"
 start a
-timeout 120 "$S" bench "$T_a,initiator_ext=4" --verify-only --rw randwrite --bs 64k --qd 8 --size 192MiB --loops 2 \
+timeout 120 "$S" bench "$T_a,initiator_ext=4" --verify-only --rw randwrite --bs 64k --qd 8 --size 256MiB --loops 2 \
   --verify-seed 4242 >"$W/reverify.out" 2>&1 || fail "re-verify through A: $(cat "$W/reverify.out")"
 grep -q 'mismatches=0 io_errors=0' "$W/reverify.out" || fail "re-verify: $(cat "$W/reverify.out")"
 cat "$W/reverify.out"
