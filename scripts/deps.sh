@@ -11,6 +11,8 @@ pkgs=(
   systemd
   # network fault campaign (scripts/campaign/netfault.sh): packet loss, partitions
   nftables iproute2
+  # srpctl nbd tests: qemu-img and qemu-io as NBD clients (fio is above)
+  qemu-utils
   # cgo verbs provider (built with -tags verbs)
   libibverbs-dev librdmacm-dev rdma-core pkg-config gcc
   # VM interop suite

@@ -39,7 +39,7 @@ its login_info line, for example:
 	root.SetVersionTemplate("srpctl {{.Version}}\n")
 	root.AddCommand(
 		newDecodeCmd(),
-		newLoginCmd(), newLUNsCmd(), newInquiryCmd(), newReadcapCmd(), newSCSICmd(), newReadCmd(), newWriteCmd(), newTMFCmd(), newBenchCmd(), newAttachCmd(),
+		newLoginCmd(), newLUNsCmd(), newInquiryCmd(), newReadcapCmd(), newSCSICmd(), newReadCmd(), newWriteCmd(), newTMFCmd(), newBenchCmd(), newAttachCmd(), newNBDCmd(),
 		newTargetAdminCmd(),
 		newManCmd(),
 	)
