@@ -315,9 +315,10 @@ func pathFailure(err error) (retry, transport bool) {
 // Run executes cmd on the best path and re-issues it on another when the
 // path fails it (channel lost, ALUA state refusing it, ASYMMETRIC ACCESS
 // STATE CHANGED); other outcomes are returned as Session.Run returns them
-// (status folded into the error, unit attentions retried). It fails with
-// ErrNoPath (wrapping the last path error) when every path has failed.
-// cmd must not use a Buffer.
+// (status folded into the error, unit attentions retried). A NoRetry
+// command is not re-issued after its path's channel was lost (it may have
+// run). It fails with ErrNoPath (wrapping the last path error) when every
+// path has failed. cmd must not use a Buffer.
 func (m *Multipath) Run(ctx context.Context, cmd *Command) (Result, error) {
 	if cmd.Buffer != nil {
 		return Result{}, errors.New("srp initiator: multipath commands carry their data in DataIn/DataOut, not a registered Buffer")
@@ -351,7 +352,9 @@ func (m *Multipath) Run(ctx context.Context, cmd *Command) (Result, error) {
 		p := m.paths[i]
 		res, err := p.Session.Run(ctx, cmd)
 		retry, transport := pathFailure(err)
-		if !retry || ctx.Err() != nil {
+		if !retry || ctx.Err() != nil || transport && cmd.NoRetry {
+			// A NoRetry command (COMPARE AND WRITE) may have run on the
+			// lost path: the caller decides.
 			return res, err
 		}
 		lastErr = fmt.Errorf("%s: %w", p.Name, err)
