@@ -126,7 +126,18 @@ func newInquiryCmd() *cobra.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(w, "VPD page %#02x, %d bytes:\n%s", vpd, len(b), hex.Dump(b))
+					var bs uint32
+					if vpd == 0xb0 {
+						if c, err := s.ReadCapacity16(ctx, s.lun); err == nil {
+							bs = c.BlockSize
+						}
+					}
+					if err := decodeVPD(w, b, bs); err != nil {
+						return err
+					}
+					if raw {
+						fmt.Fprintf(w, "%d bytes:\n%s", len(b), hex.Dump(b))
+					}
 					return nil
 				}
 				b, err := s.Inquiry(ctx, s.lun, false, 0, 96)
@@ -148,8 +159,8 @@ func newInquiryCmd() *cobra.Command {
 		},
 	}
 	addTargetFlags(c, &tf, true)
-	c.Flags().IntVar(&vpd, "vpd", -1, "VPD page code (e.g. 0x80 serial, 0x83 device identification, 0xb0 block limits)")
-	c.Flags().BoolVar(&raw, "raw", false, "also dump the standard INQUIRY data in hex")
+	c.Flags().IntVar(&vpd, "vpd", -1, "VPD page code, decoded: 0x00 supported pages, 0x80 serial, 0x83 device identification, 0xb0 block limits, 0xb1 block device characteristics, 0xb2 logical block provisioning (others in hex)")
+	c.Flags().BoolVar(&raw, "raw", false, "also dump the INQUIRY data (standard or VPD) in hex")
 	return c
 }
 
