@@ -8,6 +8,8 @@
 #   - a persistent reservation taken through A conflicts through B (shared
 #     through a RADOS object), and its release through A frees B;
 #   - an rbd resize reaches both gateways' READ CAPACITY;
+#   - a source tree copied onto ext4 through srpctl attach via B passes
+#     fsck and its checksums via A (root and /dev/fuse only);
 #   - srpctl bench --verify over both (multipath) while A is killed with
 #     SIGKILL: the run finishes through B with 0 mismatches;
 #   - A restarts and serves the image again; the data verifies through it.
@@ -20,7 +22,10 @@ W=$(mktemp -d)
 PIDS=()
 cleanup() {
   set +e
+  mountpoint -q "$W/fs" 2>/dev/null && { timeout 30 umount "$W/fs" || umount -l "$W/fs"; }
+  [ -n "${LOOP:-}" ] && timeout 30 losetup -d "$LOOP" 2>/dev/null
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
+  mountpoint -q "$W/luns" 2>/dev/null && umount -l "$W/luns"
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -64,13 +69,14 @@ ports = [$4]
 TOML
 }
 start() { # NAME -> sets T_NAME
+  : >"$W/$1/log" # before the background start: the polling below reads it at once
   "$W/srptd" -config "$W/$1/srptd.toml" -data-dir "$W/$1" >"$W/$1/log" 2>&1 &
   local pid=$!
   PIDS+=("$pid")
   eval "PID_$1=$pid"
   for _ in $(seq 600); do # 60 s: opening the image needs the cluster
     local t
-    t=$(sed -n 's/^login_info: //p' "$W/$1/log" | head -1)
+    t=$(sed -n 's/^login_info: //p' "$W/$1/log" | head -1) || true
     if [ -n "$t" ]; then eval "T_$1=\$t"; return 0; fi
     kill -0 "$pid" 2>/dev/null || fail "srptd $1 exited"
     sleep 0.1
@@ -138,6 +144,54 @@ for g in a b; do
   done
   [ -n "$ok" ] || fail "gateway $g does not report 320 MiB after the resize"
 done
+
+# A source tree on ext4 through srpctl attach (FUSE) on the RBD LUN: written
+# through B, checked through A. Needs root, /dev/fuse and e2fsprogs.
+fs_attach() { # TARGET
+  : >"$W/attach.log"
+  "$S" attach "$1" "$W/luns" --reconnect-delay 200ms >"$W/attach.log" 2>&1 &
+  ATTACH=$!
+  PIDS+=("$ATTACH")
+  for _ in $(seq 300); do
+    [ -e "$W/luns/lun0" ] && break
+    kill -0 "$ATTACH" 2>/dev/null || break
+    sleep 0.1
+  done
+  [ -e "$W/luns/lun0" ] || return 1
+  LOOP=$(timeout 30 losetup -f --show "$W/luns/lun0") || fail losetup
+}
+fs_detach() {
+  timeout 60 losetup -d "$LOOP" || fail "losetup -d"
+  kill -TERM "$ATTACH"
+  timeout 60 tail --pid="$ATTACH" -f /dev/null || fail "attach did not exit"
+  wait "$ATTACH" || fail "attach exit status"
+}
+SRC=$(go env GOROOT)/src/crypto
+if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] && command -v mkfs.ext4 >/dev/null && command -v losetup >/dev/null; then
+  step "source tree ($SRC) on ext4 through attach: written through B, fsck and sha256 through A"
+  mkdir -p "$W/luns" "$W/fs"
+  (cd "$SRC" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$W/sha256"
+  if fs_attach "$T_b,initiator_ext=9"; then
+    timeout 120 mkfs.ext4 -q -F "$LOOP" || fail mkfs.ext4
+    timeout 30 mount "$LOOP" "$W/fs" || fail mount
+    timeout 300 cp -a "$SRC/." "$W/fs/" || fail "copy"
+    timeout 120 umount "$W/fs" || fail umount
+    fs_detach
+    fs_attach "$T_a,initiator_ext=9" || fail "attach through A"
+    timeout 120 fsck.ext4 -fn "$LOOP" >"$W/fsck.log" 2>&1 || { cat "$W/fsck.log" >&2; fail "fsck -fn through A"; }
+    timeout 30 mount -o ro "$LOOP" "$W/fs" || fail "mount ro through A"
+    (cd "$W/fs" && timeout 300 sha256sum -c --quiet "$W/sha256") >"$W/check.log" 2>&1 || { head "$W/check.log" >&2; fail "checksums differ through A"; }
+    echo "   $(wc -l <"$W/sha256") files verified through A"
+    timeout 60 umount "$W/fs" || fail umount
+    fs_detach
+  elif grep -Eqi "operation not permitted|permission denied" "$W/attach.log"; then
+    echo "   (skipped: FUSE mounts not permitted here)"
+  else
+    fail "attach through B: $(cat "$W/attach.log")"
+  fi
+else
+  echo "-- ceph gateways: source tree step skipped (needs root, /dev/fuse, e2fsprogs)"
+fi
 
 step "bench --verify over A and B; A killed with SIGKILL during the run"
 timeout 240 "$S" bench "$T_a,initiator_ext=3" "$T_b,initiator_ext=3" --verify --rw randwrite --bs 64k --qd 16 --size 256MiB --loops 2 \
