@@ -76,6 +76,8 @@ type Image struct {
 	ioctx *rados.IOContext
 	img   C.rbd_image_t
 	slots chan struct{}
+	// objSize is the size of the image's RADOS objects, bytes (1 << order).
+	objSize int64
 
 	mu     sync.RWMutex // guards closed against calls in flight
 	closed bool
@@ -211,6 +213,13 @@ func open(cfg Config) (*Image, error) {
 		}
 		return fail(fmt.Errorf("rbd: opening %s: %w", name, syscall.Errno(-ret)))
 	}
+	var info C.rbd_image_info_t
+	if ret := C.rbd_stat(im.img, &info, C.size_t(unsafe.Sizeof(info))); ret < 0 {
+		C.rbd_close(im.img)
+		ioctx.Destroy()
+		return fail(fmt.Errorf("rbd: stat %s: %w", name, syscall.Errno(-ret)))
+	}
+	im.objSize = int64(info.obj_size)
 	return im, nil
 }
 
@@ -426,7 +435,10 @@ func (im *Image) CompareAndWrite(cmp, write []byte, off int64) error {
 	var mis C.uint64_t
 	ret := C.rbd_compare_and_write(im.img, C.uint64_t(off), C.size_t(len(cmp)), ptr(cmp), ptr(write), &mis, 0)
 	if ret == -C.ssize_t(syscall.EILSEQ) {
-		return &backstore.MiscompareError{Offset: int64(mis) - off}
+		// librbd 16.2 reports the first difference as the image offset of
+		// the object holding the sector plus the difference's position in
+		// the compared buffer.
+		return &backstore.MiscompareError{Offset: int64(mis) - off/im.objSize*im.objSize}
 	}
 	if ret < 0 {
 		return rbdErr("compare and write", ret)

@@ -184,6 +184,13 @@ func TestTwoGateways(t *testing.T) {
 	if err := b.CompareAndWrite(cmp, make([]byte, 512), 0); !errors.As(err, &mis) || mis.Offset != 300 {
 		t.Fatalf("CompareAndWrite with byte 300 different: %v, want miscompare at 300", err)
 	}
+	// Away from the start of an object too (librbd counts from the object).
+	off := int64(4<<20 + 1536)
+	cmp = make([]byte, 512)
+	cmp[77] = 1
+	if err := a.CompareAndWrite(cmp, make([]byte, 512), off); !errors.As(err, &mis) || mis.Offset != 77 {
+		t.Fatalf("CompareAndWrite at %d with byte 77 different: %v, want miscompare at 77", off, err)
+	}
 
 	if err := a.Resize(12 << 20); err != nil {
 		t.Fatal(err)
