@@ -170,9 +170,19 @@ func TestTargetAdmin(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^0\s+disk0\s+file\s+1\.0 GiB\s+\d+\.\d \w+\s+rw\s+` + regexp.QuoteMeta(filepath.Join(data, "lun0.img")) + `$`).MatchString(out) {
 		t.Fatalf("backstores:\n%s", out)
 	}
-	out = run("sessions")
-	if !regexp.MustCompile(`(?m)^iwarp0\s+\d+\s+[0-9a-f]{32}\s+127\.0\.0\.1:\d+\s+LIVE\s+\d+\s+0\s+\d+`).MatchString(out) {
-		t.Fatalf("sessions:\n%s", out)
+	// The target counts a command until its response's SEND completes,
+	// which can come after the initiator has the response: wait for the
+	// queue to drain.
+	idle := regexp.MustCompile(`(?m)^iwarp0\s+\d+\s+[0-9a-f]{32}\s+127\.0\.0\.1:\d+\s+LIVE\s+\d+\s+0\s+\d+`)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		out = run("sessions")
+		if idle.MatchString(out) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 
 	run("lun", "add", "--lun", "3", "--size", "2MiB", "--block-size", "4096", "--name", "three")
