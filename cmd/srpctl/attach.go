@@ -24,6 +24,7 @@ import (
 type lunFile struct {
 	fs.Inode
 	s     *conn
+	mp    *initiator.Multipath // several targets: the LUN's paths
 	lun   uint64
 	capy  initiator.Capacity
 	maxIO int        // bytes per command (max_sect)
@@ -74,6 +75,9 @@ func (f *lunFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 func (f *lunFile) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
 
 func (f *lunFile) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	if f.mp != nil {
+		return errno(mpSyncCache(ctx, f.mp, f.lun))
+	}
 	return errno(f.s.SynchronizeCache(ctx, f.lun))
 }
 
@@ -97,7 +101,9 @@ func (f *lunFile) io(ctx context.Context, write bool, lba uint64, buf []byte, fu
 	for len(buf) > 0 {
 		n := min(len(buf), f.maxIO)
 		var err error
-		if write {
+		if f.mp != nil {
+			err = mpRW16(ctx, f.mp, write, f.lun, lba, buf[:n], bs, fua)
+		} else if write {
 			err = f.s.Write16(ctx, f.lun, lba, buf[:n], bs, fua)
 		} else {
 			err = f.s.Read16(ctx, f.lun, lba, buf[:n], bs, false)
@@ -217,20 +223,28 @@ func newAttachCmd() *cobra.Command {
 	tf := targetFlags{single: true}
 	var allowOther, debug bool
 	c := &cobra.Command{
-		Use:   "attach TARGET MOUNTPOINT",
+		Use:   "attach TARGET [TARGET...] MOUNTPOINT",
 		Short: "expose each LUN as MOUNTPOINT/lun<N> through FUSE (use with losetup); detaches on SIGINT/SIGTERM",
-		Args:  cobra.ExactArgs(2),
+		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			targets := args[:len(args)-1]
+			args = []string{targets[0], args[len(args)-1]}
 			if err := checkMountPoint(args[1]); err != nil {
 				return err
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			s, err := tf.connect(ctx, args[0])
+			// Several targets: gateways of the same LUs, one multipath per LUN.
+			conns, err := tf.dialPaths(ctx, targets, nil)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			s := conns[0]
 			luns, err := s.ReportLUNs(ctx)
 			if err != nil {
 				return err
@@ -243,7 +257,14 @@ func newAttachCmd() *cobra.Command {
 					continue
 				}
 				maxIO := s.Options().MaxSect * 512 / int(capy.BlockSize) * int(capy.BlockSize)
-				root.files[fmt.Sprintf("lun%d", initiator.LUNNumber(l))] = &lunFile{s: s, lun: l, capy: capy, maxIO: maxIO}
+				lf := &lunFile{s: s, lun: l, capy: capy, maxIO: maxIO}
+				if len(conns) > 1 {
+					if lf.mp, err = tf.multipath(ctx, conns, targets, l); err != nil {
+						return fmt.Errorf("lun %d: %w", initiator.LUNNumber(l), err)
+					}
+					defer lf.mp.Close()
+				}
+				root.files[fmt.Sprintf("lun%d", initiator.LUNNumber(l))] = lf
 			}
 			if len(root.files) == 0 {
 				return fmt.Errorf("target reports no usable LUNs")

@@ -17,51 +17,89 @@ import (
 // commands up quickly so they move to another gateway.
 const multipathFastIOFail = time.Second
 
-// withMultipath logs in to every target (gateways presenting the same LU),
-// joins the sessions in an initiator.Multipath, runs fn on a conn whose I/O
-// goes through it (runIO) and logs out. tune adjusts each target's options.
+// dialPaths logs in to every target (gateways presenting the same LUs) with
+// tf's settings, a short fast_io_fail_tmo unless one was given, and tune.
+// The caller closes the conns.
+func (tf *targetFlags) dialPaths(ctx context.Context, targets []string, tune func(*initiator.Options)) ([]*conn, error) {
+	var conns []*conn
+	for _, t := range targets {
+		o, err := tf.options(t)
+		if err == nil {
+			if tf.fastIOFail == 0 {
+				o.FastIOFailTmo = multipathFastIOFail
+			}
+			if tune != nil {
+				tune(&o)
+			}
+			var c *conn
+			if c, err = tf.connectOptions(ctx, o); err == nil {
+				conns = append(conns, c)
+				continue
+			}
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		return nil, fmt.Errorf("%s: %w", t, err)
+	}
+	return conns, nil
+}
+
+// multipath joins the conns' sessions for LUN lun.
+func (tf *targetFlags) multipath(ctx context.Context, conns []*conn, targets []string, lun uint64) (*initiator.Multipath, error) {
+	sessions := make([]*initiator.Session, len(conns))
+	for i, c := range conns {
+		sessions[i] = c.Session
+	}
+	return initiator.NewMultipath(ctx, sessions, targets, lun, initiator.MultipathOptions{Logger: tf.logger()})
+}
+
+// withMultipath logs in to every target, joins the sessions in an
+// initiator.Multipath for tf's LUN, runs fn on a conn whose I/O goes through
+// it (runIO) and logs out. tune adjusts each target's options.
 func (tf *targetFlags) withMultipath(ctx context.Context, targets []string, tune func(*initiator.Options), fn func(context.Context, *conn) error) error {
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	var conns []*conn
+	conns, err := tf.dialPaths(ctx, targets, tune)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		for _, c := range conns {
-			c.dev.Close()
+			c.Close()
 		}
 	}()
-	var sessions []*initiator.Session
-	for _, t := range targets {
-		o, err := tf.options(t)
-		if err != nil {
-			return err
-		}
-		if tf.fastIOFail == 0 {
-			o.FastIOFailTmo = multipathFastIOFail
-		}
-		if tune != nil {
-			tune(&o)
-		}
-		c, err := tf.connectOptions(ctx, o)
-		if err != nil {
-			for _, s := range sessions {
-				s.Close()
-			}
-			return fmt.Errorf("%s: %w", t, err)
-		}
-		conns = append(conns, c)
-		sessions = append(sessions, c.Session)
-	}
-	m, err := initiator.NewMultipath(ctx, sessions, targets, initiator.LUN(tf.lun), initiator.MultipathOptions{Logger: tf.logger()})
+	m, err := tf.multipath(ctx, conns, targets, initiator.LUN(tf.lun))
 	if err != nil {
-		for _, s := range sessions {
-			s.Close()
-		}
 		return err
 	}
 	defer m.Close()
 	c := *conns[0]
 	c.mp = m
 	return fn(ctx, &c)
+}
+
+// mpRW16 moves buf at lba with READ(16) or WRITE(16) through m.
+func mpRW16(ctx context.Context, m *initiator.Multipath, write bool, lun, lba uint64, buf []byte, bs int, fua bool) error {
+	cdb := make([]byte, 16)
+	initiator.PutRW16(cdb, write, lba, uint32(len(buf)/bs), fua)
+	cmd := initiator.Command{LUN: lun, CDB: cdb}
+	if write {
+		cmd.DataOut = [][]byte{buf}
+	} else {
+		cmd.DataIn = [][]byte{buf}
+	}
+	res, err := m.Run(ctx, &cmd)
+	if err == nil && !write && res.DataInLen != len(buf) {
+		err = fmt.Errorf("READ(16): %d of %d bytes transferred", res.DataInLen, len(buf))
+	}
+	return err
+}
+
+// mpSyncCache sends SYNCHRONIZE CACHE(10) for the whole LUN through m.
+func mpSyncCache(ctx context.Context, m *initiator.Multipath, lun uint64) error {
+	_, err := m.Run(ctx, &initiator.Command{LUN: lun, CDB: []byte{0x35, 0, 0, 0, 0, 0, 0, 0, 0, 0}})
+	return err
 }
 
 // ioBuf is a command's data buffer: registered with the session, or plain

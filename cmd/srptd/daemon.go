@@ -75,9 +75,9 @@ type lunState struct {
 	stopWatch func()
 	// res is the reservation state shared with the other gateways of an
 	// RBD image; nil for other backstores (the core makes a local one).
-	res *pr.State
-	lu        *scsi.LogicalUnit
-	stats     *lunStats
+	res   *pr.State
+	lu    *scsi.LogicalUnit
+	stats *lunStats
 }
 
 func newDaemon(cfg *Config, org origin, dataDir string, ident *identity, out io.Writer, log *slog.Logger) *daemon {

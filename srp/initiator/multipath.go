@@ -428,15 +428,10 @@ func (m *Multipath) prober() {
 	}
 }
 
-// Close stops probing and closes every path's session.
+// Close stops probing. The sessions stay the caller's (several Multipaths,
+// one per logical unit, may share them).
 func (m *Multipath) Close() error {
 	close(m.stop)
 	<-m.done
-	var first error
-	for _, p := range m.paths {
-		if err := p.Session.Close(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
+	return nil
 }

@@ -113,6 +113,7 @@ func dialAll(t *testing.T, ctx context.Context, gws []*gateway) *initiator.Multi
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { s.Close() })
 		sessions = append(sessions, s)
 		names = append(names, fmt.Sprintf("gw%d", g.group))
 	}

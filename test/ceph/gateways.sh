@@ -8,8 +8,9 @@
 #   - a persistent reservation taken through A conflicts through B (shared
 #     through a RADOS object), and its release through A frees B;
 #   - an rbd resize reaches both gateways' READ CAPACITY;
-#   - a source tree copied onto ext4 through srpctl attach via B passes
-#     fsck and its checksums via A (root and /dev/fuse only);
+#   - a source tree copied onto ext4 through srpctl attach over A and B
+#     (multipath) passes fsck and its checksums through B alone (root and
+#     /dev/fuse only);
 #   - srpctl bench --verify over both (multipath) while A is killed with
 #     SIGKILL: the run finishes through B with 0 mismatches;
 #   - A restarts and serves the image again; the data verifies through it.
@@ -146,10 +147,10 @@ for g in a b; do
 done
 
 # A source tree on ext4 through srpctl attach (FUSE) on the RBD LUN: written
-# through B, checked through A. Needs root, /dev/fuse and e2fsprogs.
-fs_attach() { # TARGET
+# over both gateways, checked through B. Needs root, /dev/fuse and e2fsprogs.
+fs_attach() { # TARGET...
   : >"$W/attach.log"
-  "$S" attach "$1" "$W/luns" --reconnect-delay 200ms >"$W/attach.log" 2>&1 &
+  "$S" attach "$@" "$W/luns" --reconnect-delay 200ms >"$W/attach.log" 2>&1 &
   ATTACH=$!
   PIDS+=("$ATTACH")
   for _ in $(seq 300); do
@@ -168,26 +169,26 @@ fs_detach() {
 }
 SRC=$(go env GOROOT)/src/crypto
 if [ "$(id -u)" = 0 ] && [ -e /dev/fuse ] && command -v mkfs.ext4 >/dev/null && command -v losetup >/dev/null; then
-  step "source tree ($SRC) on ext4 through attach: written through B, fsck and sha256 through A"
+  step "source tree ($SRC) on ext4: written through attach over A and B (multipath), fsck and sha256 through B alone"
   mkdir -p "$W/luns" "$W/fs"
   (cd "$SRC" && find . -type f -print0 | sort -z | xargs -0 sha256sum) >"$W/sha256"
-  if fs_attach "$T_b,initiator_ext=9"; then
+  if fs_attach "$T_a,initiator_ext=9" "$T_b,initiator_ext=9"; then
     timeout 120 mkfs.ext4 -q -F "$LOOP" || fail mkfs.ext4
     timeout 30 mount "$LOOP" "$W/fs" || fail mount
     timeout 300 cp -a "$SRC/." "$W/fs/" || fail "copy"
     timeout 120 umount "$W/fs" || fail umount
     fs_detach
-    fs_attach "$T_a,initiator_ext=9" || fail "attach through A"
-    timeout 120 fsck.ext4 -fn "$LOOP" >"$W/fsck.log" 2>&1 || { cat "$W/fsck.log" >&2; fail "fsck -fn through A"; }
-    timeout 30 mount -o ro "$LOOP" "$W/fs" || fail "mount ro through A"
-    (cd "$W/fs" && timeout 300 sha256sum -c --quiet "$W/sha256") >"$W/check.log" 2>&1 || { head "$W/check.log" >&2; fail "checksums differ through A"; }
-    echo "   $(wc -l <"$W/sha256") files verified through A"
+    fs_attach "$T_b,initiator_ext=9" || fail "attach through B"
+    timeout 120 fsck.ext4 -fn "$LOOP" >"$W/fsck.log" 2>&1 || { cat "$W/fsck.log" >&2; fail "fsck -fn through B"; }
+    timeout 30 mount -o ro "$LOOP" "$W/fs" || fail "mount ro through B"
+    (cd "$W/fs" && timeout 300 sha256sum -c --quiet "$W/sha256") >"$W/check.log" 2>&1 || { head "$W/check.log" >&2; fail "checksums differ through B"; }
+    echo "   $(wc -l <"$W/sha256") files verified through B"
     timeout 60 umount "$W/fs" || fail umount
     fs_detach
   elif grep -Eqi "operation not permitted|permission denied" "$W/attach.log"; then
     echo "   (skipped: FUSE mounts not permitted here)"
   else
-    fail "attach through B: $(cat "$W/attach.log")"
+    fail "attach over A and B: $(cat "$W/attach.log")"
   fi
 else
   echo "-- ceph gateways: source tree step skipped (needs root, /dev/fuse, e2fsprogs)"
