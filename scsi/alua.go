@@ -244,36 +244,46 @@ func execSetTPG(c *cmdCtx) failure {
 	if f := c.needsDataOut(n); f.failed() {
 		return f
 	}
-	p := c.cmd.DataOut[:n]
 	t := c.s.t
 	t.aluaMu.Lock()
 	defer t.aluaMu.Unlock()
 	g := t.alua.Load()
-	next := g
-	for off := 4; off < n; off += 4 {
-		d := p[off:]
-		st := ALUAState(d[0] & 0x0F)
-		id := be16(d[2:])
-		switch st {
-		case ALUAActiveOptimized, ALUAActiveNonOptimized, ALUAStandby, ALUAUnavailable:
-		default:
-			return badParam(off, 3)
-		}
-		pg, found := g.find(id)
-		switch {
-		case !found:
-			return badParam(off+2, -1)
-		case id != g.local && pg.State != st:
-			return badParam(off, 3)
-		case id == g.local && pg.State != st:
-			next = next.with(id, st, 0x01)
-		}
+	next, f := g.setTPG(c.cmd.DataOut[:n])
+	if f.failed() {
+		return f
 	}
 	if next != g {
 		t.alua.Store(next)
 		t.uaAllLUs(ReasonUAALUAChanged, c.s.key)
 	}
 	return ok
+}
+
+// setTPG applies a SET TARGET PORT GROUPS parameter list (header and
+// descriptors, SPC-4 §6.46 tables 317, 318) to g and returns the new view (g
+// itself when nothing changes) or the failure; g is not modified.
+func (g *aluaGroups) setTPG(p []byte) (*aluaGroups, failure) {
+	next := g
+	for off := 4; off+4 <= len(p); off += 4 {
+		d := p[off:]
+		st := ALUAState(d[0] & 0x0F)
+		id := be16(d[2:])
+		switch st {
+		case ALUAActiveOptimized, ALUAActiveNonOptimized, ALUAStandby, ALUAUnavailable:
+		default:
+			return g, badParam(off, 3)
+		}
+		pg, found := g.find(id)
+		switch {
+		case !found:
+			return g, badParam(off+2, -1)
+		case id != g.local && pg.State != st:
+			return g, badParam(off, 3)
+		case id == g.local && pg.State != st:
+			next = next.with(id, st, 0x01)
+		}
+	}
+	return next, ok
 }
 
 // SetPortGroupState changes the asymmetric access state of the target
