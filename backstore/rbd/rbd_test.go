@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -258,5 +260,72 @@ func TestClosed(t *testing.T) {
 	}
 	if err := im.Sync(); !errors.Is(err, backstore.ErrClosed) {
 		t.Fatalf("Sync after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestClusterStopsAnswering: with the OSD stopped (SIGSTOP), reads and writes
+// fail with ETIMEDOUT within OpTimeout instead of hanging, and work again
+// once it answers (SIGCONT). Needs the cluster of scripts/ceph-up.sh (its
+// OSD's pid file beside ceph.conf).
+func TestClusterStopsAnswering(t *testing.T) {
+	conf, pool := cluster(t)
+	pidFile := filepath.Join(filepath.Dir(conf), "run", "osd.0.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Skipf("no OSD pid file (%v): not a scripts/ceph-up.sh cluster", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s: %v", pidFile, err)
+	}
+	im, err := Open(context.Background(), Config{ConfPath: conf, Pool: pool, Image: fmt.Sprintf("t-stop-%d", time.Now().UnixNano()),
+		CreateSize: 1 << 20, OpTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer im.Close()
+	w := bytes.Repeat([]byte{9}, 4096)
+	if _, err := im.WriteAt(w, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer resume()
+	start := time.Now()
+	_, werr := im.WriteAt(w, 8192)
+	_, rerr := im.ReadAt(make([]byte, 4096), 0)
+	took := time.Since(start)
+	resume()
+	if !errors.Is(werr, syscall.ETIMEDOUT) || !errors.Is(rerr, syscall.ETIMEDOUT) {
+		t.Fatalf("with the OSD stopped: write %v, read %v; want ETIMEDOUT", werr, rerr)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("two operations took %v with a 2 s OpTimeout", took)
+	}
+	// The cluster answers again: so does the image.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := im.WriteAt(w, 8192)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("writes still fail 30 s after the OSD resumed: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	r := make([]byte, 4096)
+	if _, err := im.ReadAt(r, 8192); err != nil || !bytes.Equal(r, w) {
+		t.Fatalf("read after recovery: %v", err)
 	}
 }
