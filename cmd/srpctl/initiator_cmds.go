@@ -270,16 +270,13 @@ func newSCSICmd() *cobra.Command {
 
 func newTMFCmd() *cobra.Command {
 	var tf targetFlags
-	var tag uint64
 	c := &cobra.Command{
-		Use:   "tmf TARGET abort|lun-reset",
-		Short: "send a task management function: abort (ABORT TASK of --tag), lun-reset, abort-task-set, clear-task-set or clear-aca",
+		Use:   "tmf TARGET lun-reset|abort-task-set|clear-task-set|clear-aca",
+		Short: "send a task management function to --lun: lun-reset, abort-task-set, clear-task-set or clear-aca",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var fn srp.TMF
 			switch args[1] {
-			case "abort", "abort-task":
-				fn = srp.TMFAbortTask
 			case "lun-reset", "reset":
 				fn = srp.TMFLUNReset
 			case "abort-task-set":
@@ -288,14 +285,15 @@ func newTMFCmd() *cobra.Command {
 				fn = srp.TMFClearTaskSet
 			case "clear-aca":
 				fn = srp.TMFClearACA
+			case "abort", "abort-task":
+				// ABORT TASK names a command by the tag its own channel gave
+				// it; a one-shot srpctl has no command in flight to name.
+				return errors.New("abort: ABORT TASK needs the tag of a command in flight on the same login, which a one-shot srpctl does not have; srpctl sends it itself for a command that outlives --cmd-timeout. To abort every task of this initiator on the LUN: abort-task-set")
 			default:
-				return fmt.Errorf("unknown task management function %q (abort, lun-reset, abort-task-set, clear-task-set, clear-aca)", args[1])
-			}
-			if fn == srp.TMFAbortTask && !cmd.Flags().Changed("tag") {
-				return errors.New("abort: give the task tag of the command to abort with --tag")
+				return fmt.Errorf("unknown task management function %q (lun-reset, abort-task-set, clear-task-set, clear-aca)", args[1])
 			}
 			return tf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
-				err := s.TaskManagement(ctx, fn, s.lun, tag)
+				err := s.TaskManagement(ctx, fn, s.lun, 0)
 				var te *initiator.TMFError
 				if errors.As(err, &te) {
 					fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s (%#02x)\n", fn.Name(), tf.lun, srp.TMFRspName(te.Response), te.Response)
@@ -310,6 +308,5 @@ func newTMFCmd() *cobra.Command {
 		},
 	}
 	addTargetFlags(c, &tf, true)
-	c.Flags().Uint64Var(&tag, "tag", 0, "task tag for abort")
 	return c
 }

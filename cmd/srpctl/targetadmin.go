@@ -220,8 +220,11 @@ func newTargetLogoutCmd(a *adminClient) *cobra.Command {
 		Short: "log out (SRP_T_LOGOUT) every channel of an initiator port ID (32 hex digits), or one channel by number",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := a.call(cmd.Context(), "DELETE", adminapi.PathSessions+"/"+url.PathEscape(args[0]), nil, nil)
-			return err
+			if _, err := a.call(cmd.Context(), "DELETE", adminapi.PathSessions+"/"+url.PathEscape(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "logged out %s (SRP_T_LOGOUT)\n", args[0])
+			return nil
 		},
 	}
 }
@@ -330,8 +333,23 @@ the change across restarts.`,
 				LUN: &n, Backstore: backstore, Path: p, Size: adminapi.Size(size), Name: name, Serial: serial, WWN: wwn,
 				Pool: pool, Image: image, CephConf: cephConf, BlockSize: blockSize, ReadOnly: readOnly, WriteCache: writeCache,
 			}
-			_, err := a.call(cmd.Context(), "POST", adminapi.PathLUNs, body, nil)
-			return err
+			if _, err := a.call(cmd.Context(), "POST", adminapi.PathLUNs, body, nil); err != nil {
+				return err
+			}
+			var luns []adminapi.LUN
+			if _, err := a.call(cmd.Context(), "GET", adminapi.PathLUNs, nil, &luns); err != nil {
+				return err
+			}
+			for _, l := range luns {
+				if l.LUN == n {
+					where := l.Backstore
+					if l.Path != "" {
+						where += " " + l.Path
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "added LUN %d: %s, %s, %d-byte blocks, serial %s\n", n, where, humanBytes(uint64(l.Size)), l.BlockSize, l.Serial)
+				}
+			}
+			return nil
 		},
 	}
 	f := add.Flags()
@@ -358,8 +376,11 @@ the change across restarts.`,
 			if err != nil || n > 16383 {
 				return fmt.Errorf("%q is not a LUN number 0..16383", args[0])
 			}
-			_, err = a.call(cmd.Context(), "DELETE", "/luns/"+args[0], nil, nil)
-			return err
+			if _, err := a.call(cmd.Context(), "DELETE", adminapi.PathLUNs+"/"+args[0], nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed LUN %d (backstore flushed and closed; its data stays)\n", n)
+			return nil
 		},
 	}
 	c.AddCommand(add, remove)
@@ -447,8 +468,18 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 				}
 				body.ReadOnly = ro
 			}
-			_, err := a.call(cmd.Context(), "POST", adminapi.PathACLs, body, nil)
-			return err
+			if _, err := a.call(cmd.Context(), "POST", adminapi.PathACLs, body, nil); err != nil {
+				return err
+			}
+			what := "every LUN"
+			if maps != "" {
+				what = "LUNs " + maps
+			}
+			if readOnly != "" {
+				what += ", read-only " + readOnly
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "admitted %s: %s\n", args[0], what)
+			return nil
 		},
 	}
 	add.Flags().StringVar(&maps, "map", "", "LUN mapping INITIATOR_LUN=TARGET_LUN,... (default: every LUN under its own number)")
@@ -458,8 +489,11 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 		Short: "remove an initiator's ACL (its channels get SRP_T_LOGOUT unless another ACL admits them alike)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, err := a.call(cmd.Context(), "DELETE", adminapi.PathACLs+"/"+url.PathEscape(args[0]), nil, nil)
-			return err
+			if _, err := a.call(cmd.Context(), "DELETE", adminapi.PathACLs+"/"+url.PathEscape(args[0]), nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed the ACL of %s\n", args[0])
+			return nil
 		},
 	}
 	c.AddCommand(list, add, remove)

@@ -185,7 +185,9 @@ func TestTargetAdmin(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	run("lun", "add", "--lun", "3", "--size", "2MiB", "--block-size", "4096", "--name", "three")
+	if out := run("lun", "add", "--lun", "3", "--size", "2MiB", "--block-size", "4096", "--name", "three"); !regexp.MustCompile(`^added LUN 3: file \S+lun3\.img, 2\.0 MiB, 4096-byte blocks, serial [0-9a-f]{16}\n$`).MatchString(out) {
+		t.Errorf("lun add printed %q", out)
+	}
 	if _, err := os.Stat(filepath.Join(data, "lun3.img")); err != nil {
 		t.Fatalf("lun3.img: %v", err)
 	}
@@ -199,7 +201,9 @@ func TestTargetAdmin(t *testing.T) {
 		t.Fatalf("ram without size: %v %s", err, out)
 	}
 
-	run("acl", "add", "0002:c903:0000:1234", "--map", "0=3", "--read-only", "0")
+	if out := run("acl", "add", "0002:c903:0000:1234", "--map", "0=3", "--read-only", "0"); out != "admitted 0002:c903:0000:1234: LUNs 0=3, read-only 0\n" {
+		t.Errorf("acl add printed %q", out)
+	}
 	run("acl", "add", "192.0.2.9")
 	out = run("acl", "list")
 	if !regexp.MustCompile(`(?m)^0002:c903:0000:1234\s+0=3\s+0$`).MatchString(out) || !regexp.MustCompile(`(?m)^192\.0\.2\.9\s+all\s+-$`).MatchString(out) {
@@ -208,8 +212,12 @@ func TestTargetAdmin(t *testing.T) {
 	if _, err := srpctl(ctx, sock, "lun", "remove", "3"); err == nil || !strings.Contains(err.Error(), "remove or change the ACL first") {
 		t.Fatalf("remove a mapped LUN: %v", err)
 	}
-	run("acl", "remove", "0002:c903:0000:1234")
-	run("lun", "remove", "3")
+	if out := run("acl", "remove", "0002:c903:0000:1234"); out != "removed the ACL of 0002:c903:0000:1234\n" {
+		t.Errorf("acl remove printed %q", out)
+	}
+	if out := run("lun", "remove", "3"); !strings.HasPrefix(out, "removed LUN 3 ") {
+		t.Errorf("lun remove printed %q", out)
+	}
 	if out := run("save"); out != "saved "+filepath.Join(data, "srptd.toml")+"\n" {
 		t.Fatalf("save: %q", out)
 	}
@@ -222,7 +230,10 @@ func TestTargetAdmin(t *testing.T) {
 	if !strings.Contains(out, `"InitiatorPort"`) {
 		t.Fatalf("sessions --json:\n%s", out)
 	}
-	run("logout", regexp.MustCompile(`"InitiatorPort": "([0-9a-f]{32})"`).FindStringSubmatch(out)[1])
+	ipid := regexp.MustCompile(`"InitiatorPort": "([0-9a-f]{32})"`).FindStringSubmatch(out)[1]
+	if out := run("logout", ipid); out != "logged out "+ipid+" (SRP_T_LOGOUT)\n" {
+		t.Errorf("logout printed %q", out)
+	}
 	if _, err := srpctl(ctx, sock, "logout", "12345"); err == nil || !strings.Contains(err.Error(), "no session") {
 		t.Fatalf("logout unknown: %v", err)
 	}

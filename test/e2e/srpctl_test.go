@@ -109,7 +109,7 @@ type benchJSON struct {
 }
 
 // TestSrpctlArgumentCounts: every initiator command checks its positional
-// arguments and flags before connecting (tmf abort needs --tag; attach a
+// arguments and flags before connecting (tmf abort is refused, naming why; attach a
 // directory to mount on; bench's
 // --bs must fit max_sect, --qd, --runtime and --rwmixread must make sense);
 // a bad one is a usage error (exit status 1 with a message), never a crash
@@ -129,7 +129,7 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"scsi", tgt}, "arg(s)"},
 		{[]string{"scsi", tgt, "00 00 00 00 00 00", "extra"}, "arg(s)"},
 		{[]string{"tmf", tgt}, "arg(s)"},
-		{[]string{"tmf", tgt, "abort"}, "--tag"},
+		{[]string{"tmf", tgt, "abort"}, "ABORT TASK needs the tag of a command in flight"},
 		{[]string{"attach", tgt}, "arg(s)"},
 		{[]string{"attach", tgt, filepath.Join(t.TempDir(), "missing")}, "mount point: stat"},
 		{[]string{"attach", tgt, bin}, "is not a directory"},
