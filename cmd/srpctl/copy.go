@@ -187,9 +187,61 @@ func (e *writeError) Error() string {
 
 func (e *writeError) Unwrap() error { return e.Err }
 
+// errStreamEnd is what a piece of a write past the end of its input
+// returns: the write ends there, successfully.
+var errStreamEnd = errors.New("end of input")
+
+// seqReaderAt serves ReadAt on a stream (stdin, a pipe) in offset order:
+// each call waits until the stream has reached its offset. chunks hands out
+// offsets in order, so the call for the lowest outstanding offset always
+// proceeds. After the end of the stream every call returns io.EOF.
+type seqReaderAt struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	r    io.Reader
+	pos  int64
+	eof  bool
+}
+
+func newSeqReaderAt(r io.Reader) *seqReaderAt {
+	s := &seqReaderAt{r: r}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+func (s *seqReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.pos != off && !s.eof {
+		s.cond.Wait()
+	}
+	if s.eof {
+		return 0, io.EOF
+	}
+	n, err := io.ReadFull(s.r, p)
+	s.pos += int64(n)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		s.eof, err = true, io.EOF
+	}
+	s.cond.Broadcast()
+	return n, err
+}
+
+// more reports whether the stream holds data beyond what was read.
+func (s *seqReaderAt) more() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.eof {
+		return false
+	}
+	n, _ := s.r.Read(make([]byte, 1))
+	return n > 0
+}
+
 // writeLUN writes total bytes (pieces of bs bytes, qd in flight) with
 // write, which sends the piece at byte offset off (LBA first + off/bsz)
-// and returns once the target acknowledged it. The bar follows the
+// and returns once the target acknowledged it, or errStreamEnd when the
+// input ended before off (the write then ends there, successfully). The bar follows the
 // acknowledged prefix and is left there on failure; the error is a
 // *writeError naming the lowest failed LBA. sync, when non-nil, is
 // called after the last piece, and after a failure to make the
@@ -199,12 +251,17 @@ func writeLUN(ctx context.Context, total int64, bs, qd int, bsz int64, first uin
 	tr := newAckTracker(bar)
 	err := chunks(ctx, total, bs, qd, func(ctx context.Context, off int64, n int) error {
 		if err := write(ctx, off, n); err != nil {
-			tr.fail(off, err)
+			if !errors.Is(err, errStreamEnd) {
+				tr.fail(off, err)
+			}
 			return err
 		}
 		tr.ack(off, n)
 		return nil
 	})
+	if errors.Is(err, errStreamEnd) && tr.failOff < 0 {
+		err, total = nil, tr.prefix
+	}
 	if err == nil {
 		bar.Finish()
 		if sync == nil {
@@ -340,21 +397,41 @@ func newWriteCmd() *cobra.Command {
 	var cf copyFlags
 	c := &cobra.Command{
 		Use:   "write TARGET --if FILE",
-		Short: "copy a file to logical blocks of a LUN (WRITE(16)), then SYNCHRONIZE CACHE; a partial last block is zero-padded",
+		Short: "copy a file, block device or stdin (--if -) to logical blocks of a LUN (WRITE(16)), then SYNCHRONIZE CACHE; a partial last block is zero-padded",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			f, err := os.Open(cf.file)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			st, err := f.Stat()
-			if err != nil {
-				return err
-			}
-			if !st.Mode().IsRegular() {
-				// Its length (st.Size) is what gets copied: 0 for a
-				// device or a pipe, which would write nothing and succeed.
-				return fmt.Errorf("--if %s: not a regular file", cf.file)
+			// src is read at offsets; size is its length, -1 for a stream
+			// (stdin, a pipe), which is read in order to its end.
+			var src io.ReaderAt
+			size := int64(-1)
+			var stream *seqReaderAt
+			if cf.file == "-" {
+				stream = newSeqReaderAt(os.Stdin)
+				src = stream
+			} else {
+				f, err := os.Open(cf.file)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				st, err := f.Stat()
+				if err != nil {
+					return err
+				}
+				switch m := st.Mode(); {
+				case m.IsRegular():
+					src, size = f, st.Size()
+				case m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0:
+					// A block device: its length is where a seek to the end lands.
+					if size, err = f.Seek(0, io.SeekEnd); err != nil {
+						return fmt.Errorf("--if %s: size of the block device: %w", cf.file, err)
+					}
+					src = f
+				case m&os.ModeNamedPipe != 0 || m&os.ModeCharDevice != 0 || m&os.ModeSocket != 0:
+					stream = newSeqReaderAt(f)
+					src = stream
+				default:
+					return fmt.Errorf("--if %s: not a file, block device or stream", cf.file)
+				}
 			}
 			return cf.withSession(cmd.Context(), args[0], func(ctx context.Context, s *conn) error {
 				capy, bs, err := cf.geometry(ctx, s)
@@ -362,34 +439,56 @@ func newWriteCmd() *cobra.Command {
 					return err
 				}
 				bsz := int64(capy.BlockSize)
-				total := st.Size()
+				room := int64(capy.Blocks()-cf.lba) * bsz
+				total := size
+				if stream != nil {
+					total = room
+				}
 				if cf.count >= 0 {
 					total = min(total, cf.count*bsz)
 				}
-				if room := int64(capy.Blocks()-cf.lba) * bsz; total > room {
+				if total > room {
 					return fmt.Errorf("%s: %d bytes do not fit in the %d bytes from LBA %d", cf.file, total, room, cf.lba)
 				}
 				pool := sync.Pool{New: func() any { b := make([]byte, bs); return &b }}
 				write := func(ctx context.Context, off int64, n int) error {
 					bp := pool.Get().(*[]byte)
 					defer pool.Put(bp)
-					padded := (int64(n) + bsz - 1) / bsz * bsz
-					buf := (*bp)[:padded]
-					if _, err := f.ReadAt(buf[:n], off); err != nil && !errors.Is(err, io.EOF) {
+					buf := (*bp)[:n]
+					m, err := src.ReadAt(buf, off)
+					if err != nil && !errors.Is(err, io.EOF) {
 						return err
 					}
-					clear(buf[n:])
+					if m == 0 && stream != nil {
+						return errStreamEnd
+					}
+					padded := (int64(m) + bsz - 1) / bsz * bsz
+					buf = (*bp)[:padded]
+					clear(buf[m:])
 					return s.Write16(ctx, s.lun, cf.lba+uint64(off/bsz), buf, int(bsz), cf.fua)
 				}
 				var syncCache func(ctx context.Context) error
 				if !cf.noSync {
 					syncCache = func(ctx context.Context) error { return s.SynchronizeCache(ctx, s.lun) }
 				}
-				return writeLUN(ctx, total, bs, cf.qd, bsz, cf.lba, cf.bar(total, "write"), write, syncCache)
+				barTotal := total
+				if stream != nil && cf.count < 0 {
+					barTotal = -1
+				}
+				if err := writeLUN(ctx, total, bs, cf.qd, bsz, cf.lba, cf.bar(barTotal, "write"), write, syncCache); err != nil {
+					return err
+				}
+				if stream != nil && stream.pos == 0 && total > 0 {
+					return fmt.Errorf("--if %s: the input is empty; nothing was written", cf.file)
+				}
+				if stream != nil && cf.count < 0 && stream.more() {
+					return fmt.Errorf("%s: the input holds more than the %d bytes from LBA %d to the end of the LUN (those were written)", cf.file, room, cf.lba)
+				}
+				return nil
 			})
 		},
 	}
-	addCopyFlags(c, &cf, "if", "input file")
+	addCopyFlags(c, &cf, "if", "input: a file, a block device, or - for stdin")
 	c.Flags().BoolVar(&cf.fua, "fua", false, "set FUA on every WRITE(16)")
 	c.Flags().BoolVar(&cf.noSync, "no-sync", false, "skip the final SYNCHRONIZE CACHE")
 	return c

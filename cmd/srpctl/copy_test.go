@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/spf13/cobra"
@@ -39,8 +43,8 @@ func TestCopyRefusesShortResults(t *testing.T) {
 		{[]string{"read", info[0], "--of", of, "--lba", "2097151", "--count", "2", "--quiet"}, "--count 2: the LUN has 1 blocks from LBA 2097151 to its end"},
 		{[]string{"read", info[0], "--of", of, "--count", "2097153", "--quiet"}, "--count 2097153: the LUN has 2097152 blocks from LBA 0 to its end"},
 		{[]string{"read", info[0], "--of", of, "--count", "-2", "--quiet"}, "--count -2: a number of blocks is 0 or more"},
-		{[]string{"write", info[0], "--if", dir, "--quiet"}, "--if " + dir + ": not a regular file"},
-		{[]string{"write", info[0], "--if", os.DevNull, "--quiet"}, "--if /dev/null: not a regular file"},
+		{[]string{"write", info[0], "--if", dir, "--quiet"}, "--if " + dir + ": not a file, block device or stream"},
+		{[]string{"write", info[0], "--if", os.DevNull, "--quiet"}, "--if /dev/null: the input is empty; nothing was written"},
 	} {
 		if err := runCopyCmd(t, tc.args...); err == nil || err.Error() != tc.want {
 			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
@@ -95,5 +99,67 @@ func TestTimeoutFlags(t *testing.T) {
 		if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != tc.want {
 			t.Errorf("%s %s: %v, want %q", tc.flag, tc.val, err, tc.want)
 		}
+	}
+}
+
+// TestWriteFromStreamAndBlockDevice: write --if - copies stdin to its end
+// (the last partial block zero-padded) with several commands in flight,
+// and write --if takes a block device's whole length.
+func TestWriteFromStreamAndBlockDevice(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, _ := startSrptd(t, ctx)
+	dir := t.TempDir()
+	data := make([]byte, 1<<20+100)
+	rand.Read(data)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		w.Write(data)
+		w.Close()
+	}()
+	stdin := os.Stdin
+	os.Stdin = r
+	err = runCopyCmd(t, "write", info[0], "--if", "-", "--bs", "64k", "--qd", "4", "--lba", "8", "--quiet")
+	os.Stdin = stdin
+	r.Close()
+	if err != nil {
+		t.Fatalf("write --if -: %v", err)
+	}
+	back := filepath.Join(dir, "back")
+	blocks := (len(data) + 511) / 512
+	if err := runCopyCmd(t, "read", info[0], "--of", back, "--lba", "8", "--count", strconv.Itoa(blocks+1), "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(back)
+	want := append(append([]byte{}, data...), make([]byte, (blocks+1)*512-len(data))...)
+	if !bytes.Equal(got, want) {
+		t.Fatal("LUN after write --if - differs from stdin (zero-padded)")
+	}
+
+	if _, err := exec.LookPath("losetup"); err != nil || os.Geteuid() != 0 {
+		t.Skip("block device input needs root and losetup")
+	}
+	img := filepath.Join(dir, "img")
+	dev := make([]byte, 256<<10)
+	rand.Read(dev)
+	if err := os.WriteFile(img, dev, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "-f", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Skipf("losetup: %v %s", err, out)
+	}
+	loop := strings.TrimSpace(string(out))
+	defer exec.Command("losetup", "-d", loop).Run()
+	if err := runCopyCmd(t, "write", info[0], "--if", loop, "--quiet"); err != nil {
+		t.Fatalf("write --if %s: %v", loop, err)
+	}
+	if err := runCopyCmd(t, "read", info[0], "--of", back, "--count", strconv.Itoa(len(dev)/512), "--quiet"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(back); !bytes.Equal(got, dev) {
+		t.Fatal("LUN after write --if BLOCKDEV differs from the device")
 	}
 }
