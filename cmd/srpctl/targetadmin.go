@@ -511,6 +511,9 @@ func newTargetSaveCmd(a *adminClient) *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "saved", r.Path)
+			if r.Kept != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s was written by hand and is left as it was: compare the two and move %s over it to keep the changes across restarts\n", r.Kept, r.Path)
+			}
 			return nil
 		},
 	}

@@ -338,12 +338,12 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST "+adminapi.PathSave, func(w http.ResponseWriter, r *http.Request) {
-		p, err := d.Save()
+		p, kept, err := d.Save()
 		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, adminapi.Error{Error: err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, adminapi.Saved{Path: p})
+		writeJSON(w, http.StatusOK, adminapi.Saved{Path: p, Kept: kept})
 	})
 	return mux
 }

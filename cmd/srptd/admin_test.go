@@ -387,12 +387,13 @@ initiator = "127.0.0.1"
 		t.Fatalf("acls %+v", acls)
 	}
 
-	// Save, and the saved file loads back to the running state.
+	// Save, and the saved file loads back to the running state. The
+	// configuration was written by hand: it is kept, the save goes beside it.
 	var saved map[string]string
-	if code, body := dr.admin(t, "POST", "/save", nil, &saved); code != 200 || saved["path"] != cfgPath {
+	if code, body := dr.admin(t, "POST", "/save", nil, &saved); code != 200 || saved["path"] != cfgPath+".saved" || saved["kept"] != cfgPath {
 		t.Fatalf("save %d %s", code, body)
 	}
-	back, err := readConfigFile(cfgPath)
+	back, err := readConfigFile(cfgPath + ".saved")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -572,5 +573,57 @@ func TestSaveRestart(t *testing.T) {
 	}
 	if !strings.Contains(dr.lines[0], "dest=127.0.0.1:") || !strings.Contains(dr.errOut.String(), "demo mode on") {
 		t.Fatalf("login_info %q\n%s", dr.lines, dr.errOut.String())
+	}
+}
+
+// TestSaveKeepsHandWritten: POST /save leaves a hand-written configuration
+// file (its comments and mode) as it is and writes FILE.saved beside it,
+// naming both; a file srptd wrote itself is replaced, keeping its mode.
+func TestSaveKeepsHandWritten(t *testing.T) {
+	dir := t.TempDir()
+	hand := "# my target, do not lose this comment\n[[port]]\nlisten = [\"127.0.0.1:0\"]  # loopback\n[[lun]]\nlun = 0\nbackstore = \"ram\"\nsize = \"1MiB\"\n"
+	cfg := filepath.Join(dir, "srptd.toml")
+	if err := os.WriteFile(cfg, []byte(hand), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	dr := launch(t, "--config", cfg, "--data-dir", filepath.Join(dir, "data"))
+	if code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "ram", "size": "2MiB"}, nil); code != 201 {
+		t.Fatalf("add LUN: %d %s", code, body)
+	}
+	var saved adminapi.Saved
+	if code, body := dr.admin(t, "POST", "/save", nil, &saved); code != 200 || saved.Path != cfg+".saved" || saved.Kept != cfg {
+		t.Fatalf("save: %d %s", code, body)
+	}
+	if b, err := os.ReadFile(cfg); err != nil || string(b) != hand {
+		t.Fatalf("hand-written file changed: %q %v", b, err)
+	}
+	if fi, err := os.Stat(cfg); err != nil || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("hand-written file mode: %v %v", fi.Mode(), err)
+	}
+	c, err := readConfigFile(saved.Path)
+	if err != nil || len(c.LUNs) != 2 {
+		t.Fatalf("%s: %+v %v", saved.Path, c, err)
+	}
+	if err := dr.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The default configuration saved into the data directory is srptd's
+	// own: saving again replaces it and keeps the mode the admin gave it.
+	data := filepath.Join(dir, "d2")
+	dr = launch(t, "--data-dir", data, "--listen", "127.0.0.1:0")
+	saved = adminapi.Saved{}
+	if code, body := dr.admin(t, "POST", "/save", nil, &saved); code != 200 || saved.Kept != "" {
+		t.Fatalf("save: %d %s", code, body)
+	}
+	if err := os.Chmod(saved.Path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saved = adminapi.Saved{}
+	if code, body := dr.admin(t, "POST", "/save", nil, &saved); code != 200 || saved.Kept != "" || saved.Path != filepath.Join(data, "srptd.toml") {
+		t.Fatalf("save again: %d %s", code, body)
+	}
+	if fi, err := os.Stat(saved.Path); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("saved file mode after a second save: %v %v", fi.Mode(), err)
 	}
 }

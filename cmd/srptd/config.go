@@ -725,11 +725,19 @@ func (c *Config) targetACLs() []target.ACL {
 	return out
 }
 
+// savedHeader is the first line of a configuration srptd wrote (Encode);
+// savedHeaderV1 the one srptd wrote before. Save replaces only files that
+// start with one of them.
+const (
+	savedHeader   = "# srptd configuration, written by srpctl target save (see srptd.toml(5))"
+	savedHeaderV1 = "# srptd configuration (see docs/srptd.md)"
+)
+
 // Encode writes the configuration as TOML that LoadConfig reads back to
 // the same values.
 func (c *Config) Encode() ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteString("# srptd configuration (see docs/srptd.md)\n\n")
+	b.WriteString(savedHeader + "\n\n")
 	if err := toml.NewEncoder(&b).Encode(c); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -512,32 +514,57 @@ func (d *daemon) ACLs() []ACLSection {
 	return slices.Clone(d.cfg.ACLs)
 }
 
-// Save writes the running configuration to the configuration file
-// (atomically) and returns its path. What it writes loads back to the same
-// state.
-func (d *daemon) Save() (string, error) {
+// Save writes the running configuration (atomically) and returns its path
+// and, when it left a hand-written file alone, that file. It replaces the
+// configuration file when srptd wrote it (its first line is savedHeader),
+// keeping the file's mode; a file written by hand, whose comments and
+// layout the encoding would lose, stays as it is and the configuration
+// goes beside it, FILE.saved. What it writes loads back to the same state.
+func (d *daemon) Save() (path, kept string, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.origin.savePath == "" {
-		return "", errors.New("no configuration file to save to (start srptd with -config or a data directory)")
+		return "", "", errors.New("no configuration file to save to (start srptd with --config or a data directory)")
 	}
 	b, err := d.cfg.Encode()
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	back, err := LoadConfig(string(b), d.origin.savePath)
 	if err == nil {
 		err = back.Validate()
 	}
 	if err != nil {
-		return "", fmt.Errorf("the encoded configuration does not load back: %w", err)
+		return "", "", fmt.Errorf("the encoded configuration does not load back: %w", err)
 	}
-	if err := writeFileAtomic(d.origin.savePath, b); err != nil {
-		return "", err
+	path, perm := d.origin.savePath, os.FileMode(0o600)
+	if fi, err := os.Stat(path); err == nil {
+		perm = fi.Mode().Perm()
+		if !writtenBySave(path) {
+			kept, path = path, path+".saved"
+		}
 	}
-	d.origin.path = d.origin.savePath // what SIGHUP re-reads from now on
-	d.log.Info("configuration saved", "path", d.origin.savePath)
-	return d.origin.savePath, nil
+	if err := writeFileAtomic(path, b, perm); err != nil {
+		return "", "", err
+	}
+	if kept == "" {
+		d.origin.path = path // what SIGHUP re-reads from now on
+	}
+	d.log.Info("configuration saved", "path", path, "kept", kept)
+	return path, kept, nil
+}
+
+// writtenBySave reports whether the file at path starts with the header
+// Save writes (or wrote before).
+func writtenBySave(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	line, _ := bufio.NewReader(f).ReadString('\n')
+	line = strings.TrimRight(line, "\r\n")
+	return line == savedHeader || line == savedHeaderV1
 }
 
 // startPorts opens the devices, creates the SRP ports and starts serving

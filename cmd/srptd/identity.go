@@ -122,13 +122,13 @@ func (id *identity) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(id.path, append(b, '\n'))
+	return writeFileAtomic(id.path, append(b, '\n'), 0o600)
 }
 
-// writeFileAtomic replaces path with data (mode 0600): a temporary file in
+// writeFileAtomic replaces path with data (mode perm): a temporary file in
 // the same directory, fsynced, renamed over path, then the directory
 // fsynced.
-func writeFileAtomic(path string, data []byte) error {
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -141,7 +141,7 @@ func writeFileAtomic(path string, data []byte) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // after a successful rename: ENOENT, ignored
-	if err := f.Chmod(0o600); err != nil {
+	if err := f.Chmod(perm); err != nil {
 		f.Close()
 		return err
 	}

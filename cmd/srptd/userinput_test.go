@@ -217,7 +217,7 @@ func TestBadStoredSerial(t *testing.T) {
 // written, not its temporary sibling.
 func TestWriteFileAtomicNamesTarget(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "missing", "srptd.toml")
-	err := writeFileAtomic(p, []byte("x"))
+	err := writeFileAtomic(p, []byte("x"), 0o600)
 	var pe *fs.PathError
 	if !errors.As(err, &pe) || pe.Path != p || !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("err %v, want a PathError on %s", err, p)

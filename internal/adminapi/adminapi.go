@@ -179,6 +179,10 @@ type ACL struct {
 // Saved is the answer of POST /save.
 type Saved struct {
 	Path string `json:"path"` // the configuration file written
+	// Kept is the hand-written configuration file srptd left as it was
+	// (its comments and layout kept), writing Path (Kept.saved) beside it;
+	// empty when Path replaced the file srptd had written itself.
+	Kept string `json:"kept,omitempty"`
 }
 
 // Error is the body of every error answer.
