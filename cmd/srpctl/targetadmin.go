@@ -165,7 +165,7 @@ configuration names admin.socket.`,
 	}
 	c.AddCommand(
 		newTargetLoginInfoCmd(a), newTargetSessionsCmd(a), newTargetLogoutCmd(a),
-		newTargetLUNsCmd(a), newTargetLUNCmd(a), newTargetBackstoresCmd(a), newTargetACLCmd(a), newTargetSaveCmd(a), newTargetALUACmd(a),
+		newTargetLUNsCmd(a), newTargetLUNCmd(a), newTargetBackstoresCmd(a), newTargetACLCmd(a), newTargetSaveCmd(a), newTargetALUACmd(a), newTargetTopCmd(a),
 	)
 	return c
 }
