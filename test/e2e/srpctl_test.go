@@ -142,7 +142,7 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"readcap", tgt, "--lun", "16384"}, "LUN number is 0..16383"},
 		{[]string{"write", tgt, "--lun", "-1", "--if", bin}, "LUN number is 0..16383"},
 		{[]string{"inquiry", tgt, "--vpd", "-2"}, "page code is 0..255"},
-		{[]string{"bench", tgt, "extra"}, "arg(s)"},
+		{[]string{"bench", tgt, "extra"}, "several targets (gateways of one LU, through multipath) take --verify"},
 		{[]string{"read", tgt, "extra", "--of", "/dev/null"}, "arg(s)"},
 		// 1 MiB is 2048 sectors, over ib_srp's default max_sect of 1024.
 		{[]string{"bench", tgt, "--bs", "1m"}, "max_sect=2048"},
