@@ -145,8 +145,7 @@ func TestDebianPackage(t *testing.T) {
 }
 
 // verifyUnit runs systemd-analyze verify on the installed srptd.service,
-// its program paths pointed into root and its manual pages looked up
-// there; any complaint fails.
+// its program paths pointed into root; any complaint fails.
 func verifyUnit(t *testing.T, ctx context.Context, root string) {
 	t.Helper()
 	if _, err := exec.LookPath("systemd-analyze"); err != nil {
@@ -170,8 +169,10 @@ func verifyUnit(t *testing.T, ctx context.Context, root string) {
 	if err := os.WriteFile(p, bytes.ReplaceAll(unit, []byte("/usr/sbin/srptd"), []byte(filepath.Join(root, "usr/sbin/srptd"))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "systemd-analyze", "verify", p)
-	cmd.Env = append(os.Environ(), "MANPATH="+filepath.Join(root, "usr/share/man"), "SYSTEMD_LOG_LEVEL=notice")
+	// --man=no: the Documentation= pages are checked above, and man(1)
+	// need not be installed.
+	cmd := exec.CommandContext(ctx, "systemd-analyze", "verify", "--man=no", p)
+	cmd.Env = append(os.Environ(), "SYSTEMD_LOG_LEVEL=notice")
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("systemd-analyze verify srptd.service: %v\n%s", err, out)
