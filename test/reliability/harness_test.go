@@ -33,17 +33,26 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// envInt returns the integer environment variable name, or def: the short
-// runs in the test suite use def, scripts/campaign/*.sh the long ones.
-func envInt(t *testing.T, name string, def int) int {
-	if v := os.Getenv(name); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			t.Fatalf("%s=%q: not a positive number", name, v)
-		}
-		return n
+// envInt returns the positive integer environment variable name, or def:
+// the short runs in the test suite use def, scripts/campaign/*.sh the long
+// ones.
+func envInt(t *testing.T, name string, def int) int { return envValue(t, name, def, strconv.Atoi) }
+
+// envDuration is envInt for a duration ("30s", "5m").
+func envDuration(t *testing.T, name string, def time.Duration) time.Duration {
+	return envValue(t, name, def, time.ParseDuration)
+}
+
+func envValue[T int | time.Duration](t *testing.T, name string, def T, parse func(string) (T, error)) T {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return def
+	n, err := parse(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: not a positive value", name, v)
+	}
+	return n
 }
 
 type coreOf struct{ t *scsi.Target }

@@ -158,7 +158,7 @@ func TestDataMemoryBudget(t *testing.T) {
 	const inis, size = 8, 1 << 20
 	qd := envInt(t, "RELIABILITY_QD", 16)
 	budget := max(inis*qd*size/16, 32<<20) // at least two buffers of the default max_data_len
-	d := envDurationDefault(t, "RELIABILITY_BUDGET_TIME", 5*time.Second)
+	d := envDuration(t, "RELIABILITY_BUDGET_TIME", 5*time.Second)
 	ram := backstore.NewRAM(64 << 20)
 	pat := make([]byte, 64<<20)
 	for i := 0; i < len(pat); i += 8 {
@@ -234,25 +234,13 @@ func TestDataMemoryBudget(t *testing.T) {
 	}
 }
 
-// envDurationDefault returns the duration environment variable name, or def.
-func envDurationDefault(t *testing.T, name string, def time.Duration) time.Duration {
-	if v := os.Getenv(name); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			t.Fatalf("%s=%q: not a positive duration", name, v)
-		}
-		return d
-	}
-	return def
-}
-
 // TestMixedSoak (campaign 4): 8 initiators run random WRITEs and READs of 4
 // KiB to 256 KiB on verified slots (each block carries its LBA and
 // generation) for RELIABILITY_SOAK (default 10 s; the documented run 30
 // min); every READ and a final read of every slot must match the last
 // acknowledged generation, and the target ends with no channel.
 func TestMixedSoak(t *testing.T) {
-	d := envDurationDefault(t, "RELIABILITY_SOAK", 10*time.Second)
+	d := envDuration(t, "RELIABILITY_SOAK", 10*time.Second)
 	const inis, slotsPer, maxBlocks = 8, 32, 512
 	ram := backstore.NewRAM(inis * slotsPer * maxBlocks * blockSize)
 	tg := startTarget(t, ram)
