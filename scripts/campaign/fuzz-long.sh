@@ -3,9 +3,9 @@
 # matching $1, a regular expression) for FUZZTIME each (default 30m), one
 # after the other, then copies the new interesting inputs the fuzzing engine
 # kept (its cache, $(go env GOCACHE)/fuzz) into the package's
-# testdata/fuzz/<target>/ — at most KEEP (default 40) per target, smallest
-# first — so the test suite's short runs and plain `go test` start from
-# them. Commit what it adds. FUZZ_WORKERS=N limits the fuzzing processes
+# testdata/fuzz/<target>/ — smallest first, until that directory holds
+# KEEP (default 40) inputs — so the test suite's short runs and plain
+# `go test` start from them. Commit what it adds. FUZZ_WORKERS=N limits the fuzzing processes
 # (default: one per CPU).
 #
 #   scripts/campaign/fuzz-long.sh                 # the documented run: 30 min per target
@@ -43,9 +43,11 @@ for pkg in $(go list ./...); do
     added=0
     if [ -d "$cache/$pkg/$f" ]; then
       mkdir -p "$dir/testdata/fuzz/$f"
-      # Smallest first; a file already checked in is not copied twice.
+      # Smallest first, until the directory holds KEEP inputs; a file
+      # already checked in is not copied twice.
+      have=$(find "$dir/testdata/fuzz/$f" -type f | wc -l)
       while read -r _ file; do
-        [ "$added" -ge "$keep" ] && break
+        [ $((have + added)) -ge "$keep" ] && break
         name=$(basename "$file")
         [ -e "$dir/testdata/fuzz/$f/$name" ] && continue
         cp "$file" "$dir/testdata/fuzz/$f/$name"
