@@ -283,6 +283,23 @@ type Conn interface {
 	Err() error
 }
 
+// CQNotifier is implemented by connections whose completions can be taken
+// without blocking, with a channel that tells when there may be some (as
+// ibv_poll_cq on a CQ armed by ibv_req_notify_cq with a completion
+// channel), so one goroutine can wait for completions and its other events
+// in one select instead of dedicating a goroutine to Poll.
+type CQNotifier interface {
+	// TryPoll fills out with the completions available now and returns
+	// how many, 0 when there are none; once the connection is down and
+	// every completion has been taken it returns ErrClosed. Only one
+	// goroutine may poll at a time (TryPoll or Poll).
+	TryPoll(out []Completion) (int, error)
+	// Notify returns a channel that receives after new completions arrive
+	// (and possibly at other times). A receiver calls TryPoll until it
+	// returns fewer than len(out) before waiting on it again.
+	Notify() <-chan struct{}
+}
+
 // Device is a protection domain on one provider: memory registered on it is
 // usable by every connection dialled or accepted through it.
 type Device interface {

@@ -128,7 +128,10 @@ type conn struct {
 	closeOnce sync.Once
 }
 
-var _ rdma.Conn = (*conn)(nil)
+var (
+	_ rdma.Conn       = (*conn)(nil)
+	_ rdma.CQNotifier = (*conn)(nil)
+)
 
 // orqEntry is an RDMA Read Request on the wire: a user Read (sq index) or a
 // completion fence (zero-length Read) covering send work below upTo.
@@ -505,23 +508,8 @@ func (c *conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 		return 0, nil
 	}
 	for {
-		c.mu.Lock()
-		if len(c.cq) > 0 {
-			n := min(len(out), len(c.cq))
-			for i, e := range c.cq[:n] {
-				out[i] = e.c
-				c.releaseLocked(e)
-			}
-			rest := copy(c.cq, c.cq[n:])
-			clear(c.cq[rest:])
-			c.cq = c.cq[:rest]
-			c.mu.Unlock()
-			return n, nil
-		}
-		down := c.err != nil
-		c.mu.Unlock()
-		if down {
-			return 0, rdma.ErrClosed
+		if n, err := c.TryPoll(out); n > 0 || err != nil {
+			return n, err
 		}
 		select {
 		case <-c.cqWake:
@@ -531,3 +519,27 @@ func (c *conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 		}
 	}
 }
+
+// TryPoll implements rdma.CQNotifier.
+func (c *conn) TryPoll(out []rdma.Completion) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cq) == 0 {
+		if c.err != nil {
+			return 0, rdma.ErrClosed
+		}
+		return 0, nil
+	}
+	n := min(len(out), len(c.cq))
+	for i, e := range c.cq[:n] {
+		out[i] = e.c
+		c.releaseLocked(e)
+	}
+	rest := copy(c.cq, c.cq[n:])
+	clear(c.cq[rest:])
+	c.cq = c.cq[:rest]
+	return n, nil
+}
+
+// Notify implements rdma.CQNotifier.
+func (c *conn) Notify() <-chan struct{} { return c.cqWake }

@@ -292,29 +292,8 @@ func (c *Conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 		return 0, nil
 	}
 	for {
-		c.cqMu.Lock()
-		if len(c.cq) > 0 {
-			n := min(len(out), len(c.cq))
-			for i, e := range c.cq[:n] {
-				out[i] = e.c
-				switch {
-				case !e.send:
-					c.polledRecv++
-				case e.seq >= c.polledSeq:
-					c.polledSeq = e.seq + 1
-				}
-			}
-			// Shift the rest down so the backing array is reused.
-			rest := copy(c.cq, c.cq[n:])
-			clear(c.cq[rest:])
-			c.cq = c.cq[:rest]
-			c.cqMu.Unlock()
-			return n, nil
-		}
-		down := c.cqDown
-		c.cqMu.Unlock()
-		if down {
-			return 0, rdma.ErrClosed
+		if n, err := c.TryPoll(out); n > 0 || err != nil {
+			return n, err
 		}
 		select {
 		case <-c.notify:
@@ -323,6 +302,36 @@ func (c *Conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 		}
 	}
 }
+
+// TryPoll implements rdma.CQNotifier.
+func (c *Conn) TryPoll(out []rdma.Completion) (int, error) {
+	c.cqMu.Lock()
+	defer c.cqMu.Unlock()
+	if len(c.cq) == 0 {
+		if c.cqDown {
+			return 0, rdma.ErrClosed
+		}
+		return 0, nil
+	}
+	n := min(len(out), len(c.cq))
+	for i, e := range c.cq[:n] {
+		out[i] = e.c
+		switch {
+		case !e.send:
+			c.polledRecv++
+		case e.seq >= c.polledSeq:
+			c.polledSeq = e.seq + 1
+		}
+	}
+	// Shift the rest down so the backing array is reused.
+	rest := copy(c.cq, c.cq[n:])
+	clear(c.cq[rest:])
+	c.cq = c.cq[:rest]
+	return n, nil
+}
+
+// Notify implements rdma.CQNotifier.
+func (c *Conn) Notify() <-chan struct{} { return c.notify }
 
 // held returns the send and receive slots held, after taking in what Poll
 // has released (which also returns the ORD credits of released READs).

@@ -48,12 +48,20 @@ type channel struct {
 	cfg  Config
 	log  *slog.Logger
 	nx   *nexus // nil until the login of an IU-form connection; set under port.mu
-	// remote is the initiator's transport address, for address ACLs.
-	remote net.Addr
+	// remoteAddr is the initiator's transport address, for address ACLs;
+	// remote is its text, for the session list.
+	remoteAddr net.Addr
+	remote     string
 
 	conn rdma.Conn
-	ctx  context.Context // passed to Execute; cancelled on close
-	stop context.CancelFunc
+	// cqn is conn as an rdma.CQNotifier, whose completions the loop takes
+	// itself into compBuf; nil when a goroutine polls (compFree holds its
+	// two buffers).
+	cqn      rdma.CQNotifier
+	compBuf  []rdma.Completion
+	compFree chan []rdma.Completion
+	ctx      context.Context // passed to Execute; cancelled on close
+	stop     context.CancelFunc
 
 	// Negotiated at login.
 	maxTI      int // max_ti_iu_len: largest IU we send, in bytes
@@ -119,17 +127,17 @@ type channel struct {
 func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (*channel, error) {
 	cfg := p.Config()
 	c := &channel{
-		port:     p,
-		remote:   remote,
-		cfg:      cfg,
-		cmds:     map[uint64]*command{},
-		pool:     map[int][]rdma.MemoryRegion{},
-		inUse:    map[rdma.MemoryRegion]struct{}{},
-		closeReq: make(chan closeRequest, 1),
-		done:     make(chan struct{}),
-		nRecv:    2*cfg.RQSize + extraRecv,
-		nSend:    cfg.RQSize + nReserved,
-		cred:     newCredits(cfg.RQSize),
+		port:       p,
+		remoteAddr: remote,
+		cfg:        cfg,
+		cmds:       map[uint64]*command{},
+		pool:       map[int][]rdma.MemoryRegion{},
+		inUse:      map[rdma.MemoryRegion]struct{}{},
+		closeReq:   make(chan closeRequest, 1),
+		done:       make(chan struct{}),
+		nRecv:      2*cfg.RQSize + extraRecv,
+		nSend:      cfg.RQSize + nReserved,
+		cred:       newCredits(cfg.RQSize),
 	}
 	c.events = make(chan event, c.nRecv+c.nSend+8)
 	c.initWRRing(cfg.SQSize)
@@ -294,7 +302,17 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 	if !c.prePosted && c.srq == nil {
 		c.postRecv(allSlots(c.nRecv)...)
 	}
-	go c.poll()
+	// Completions: taken by the loop itself when the provider can notify
+	// (no goroutine hand-off per completion), else by a polling goroutine.
+	var notify <-chan struct{}
+	if cqn, ok := conn.(rdma.CQNotifier); ok {
+		c.cqn = cqn
+		notify = cqn.Notify()
+		c.compBuf = make([]rdma.Completion, 64)
+	} else {
+		c.startPoller()
+	}
+	c.remote = addrString(conn.RemoteAddr())
 	c.log.Info("channel connected", "imm", c.immOffset > 0, "established", established)
 	if established {
 		c.transition(evEstablished)
@@ -307,16 +325,26 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 		})
 	}
 	c.updateSnap()
+	down := conn.Done()
 	for c.state != stateDisconnected {
 		select {
+		case <-notify:
+			c.pollNow()
 		case ev := <-c.events:
 			c.handle(ev)
 		case req := <-c.closeReq:
 			c.onClose(req)
-		case <-conn.Done():
-			if c.state < stateDraining {
-				c.log.Info("connection down", "err", conn.Err())
-				c.transition(evConnDown)
+		case <-down:
+			down = nil
+			c.connDown(conn.Err())
+			if c.cqn != nil {
+				// The flushed work still completes: a goroutine waits for
+				// it (and for ErrClosed) now that notifications may stop.
+				notify = nil
+				c.pollNow()
+				if !c.pollDone {
+					c.startPoller()
+				}
 			}
 		}
 		c.checkDrained()
@@ -324,14 +352,65 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 	}
 }
 
+// connDown notes that the connection went down for err. Only a loss the
+// target did not start is logged at Info: an initiator's SRP_I_LOGOUT or
+// a logout the target sent ends in the same disconnect.
+func (c *channel) connDown(err error) {
+	if c.state >= stateDraining {
+		return
+	}
+	switch {
+	case c.state >= stateDisconnecting:
+		c.log.Debug("connection closed", "err", err)
+	case errors.Is(err, rdma.ErrClosed):
+		c.log.Info("initiator closed the connection")
+	default:
+		c.log.Info("connection lost", "err", err)
+	}
+	c.transition(evConnDown)
+}
+
+// pollNow takes and handles every completion available (rdma.CQNotifier).
+func (c *channel) pollNow() {
+	for !c.pollDone {
+		n, err := c.cqn.TryPoll(c.compBuf)
+		for i := range n {
+			c.onCompletion(&c.compBuf[i])
+		}
+		if n > 0 {
+			c.pump()
+		}
+		if err != nil {
+			c.pollDone = true
+			if c.state < stateDraining {
+				c.transition(evConnDown)
+			}
+			return
+		}
+		if n < len(c.compBuf) {
+			return
+		}
+	}
+}
+
+// startPoller runs a goroutine that waits in Poll and hands completions
+// to the loop, in one of two buffers the loop gives back once it has
+// handled them.
+func (c *channel) startPoller() {
+	c.compFree = make(chan []rdma.Completion, 2)
+	c.compFree <- make([]rdma.Completion, 64)
+	c.compFree <- make([]rdma.Completion, 64)
+	go c.poll()
+}
+
 func (c *channel) poll() {
-	buf := make([]rdma.Completion, 64)
 	for {
+		buf := <-c.compFree
 		n, err := c.conn.Poll(context.Background(), buf)
 		if n > 0 {
-			comps := make([]rdma.Completion, n)
-			copy(comps, buf[:n])
-			c.events <- event{comps: comps}
+			c.events <- event{comps: buf[:n]}
+		} else {
+			c.compFree <- buf
 		}
 		if err != nil {
 			c.events <- event{pollDone: true}
@@ -345,7 +424,7 @@ func (c *channel) updateSnap() {
 	c.mu.Lock()
 	c.snap = SessionInfo{
 		Channel:     c.id,
-		Remote:      addrString(c.conn.RemoteAddr()),
+		Remote:      c.remote,
 		State:       c.state.String(),
 		ReqLim:      c.cred.held,
 		Outstanding: c.nCmds,
@@ -469,6 +548,7 @@ func (c *channel) handle(ev event) {
 		for i := range ev.comps {
 			c.onCompletion(&ev.comps[i])
 		}
+		c.compFree <- ev.comps[:cap(ev.comps)]
 		c.pump()
 	case ev.pollDone:
 		c.pollDone = true

@@ -145,7 +145,7 @@ func (p *Port) SetAccess(demo bool, acls []ACL) {
 	var out []*channel
 	for _, nx := range p.nexuses {
 		for _, c := range nx.channels {
-			if v, ok := p.viewLocked(nx.initiator, c.remote); !ok || !v.equal(nx.view) {
+			if v, ok := p.viewLocked(nx.initiator, c.remoteAddr); !ok || !v.equal(nx.view) {
 				out = append(out, c)
 			}
 		}
