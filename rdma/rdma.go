@@ -300,6 +300,19 @@ type CQNotifier interface {
 	Notify() <-chan struct{}
 }
 
+// Doorbeller is implemented by connections that can hold posted send work
+// until told to transmit (a doorbell write, in hardware terms), so a
+// consumer that posts many work requests in a row sends them together: on
+// iWARP in one system call, written by the caller itself when the
+// connection's writer is idle.
+type Doorbeller interface {
+	// PostSendDeferred is PostSend without starting transmission.
+	PostSendDeferred(wrs ...SendWR) error
+	// Doorbell starts transmitting what was posted. It may write on the
+	// caller's goroutine, never waiting for the network.
+	Doorbell()
+}
+
 // Device is a protection domain on one provider: memory registered on it is
 // usable by every connection dialled or accepted through it.
 type Device interface {

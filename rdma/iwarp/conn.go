@@ -121,6 +121,11 @@ type conn struct {
 	err        error
 	term       *termInfo // Terminate the writer sends before closing
 
+	// Transmission ownership (see txRun): held by the writer or a poster;
+	// txHandoff: the poster left a batch for the writer to finish;
+	// txWanted: the writer waits for the owner to let go.
+	txOwned, txHandoff, txWanted bool
+
 	txWake    chan struct{}
 	cqWake    chan struct{}
 	done      chan struct{}
@@ -131,6 +136,7 @@ type conn struct {
 var (
 	_ rdma.Conn       = (*conn)(nil)
 	_ rdma.CQNotifier = (*conn)(nil)
+	_ rdma.Doorbeller = (*conn)(nil)
 )
 
 // orqEntry is an RDMA Read Request on the wire: a user Read (sq index) or a
@@ -395,40 +401,65 @@ func (d *Device) checkSGE(s rdma.SGE, write bool) error {
 func (c *conn) PostSend(wrs ...rdma.SendWR) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	posted := 0
-	defer func() {
-		if posted > 0 {
-			c.kickWriter()
-		}
-	}()
+	posted, err := c.postSendLocked(wrs)
+	if posted > 0 {
+		c.kickWriter()
+	}
+	return err
+}
+
+// PostSendDeferred implements rdma.Doorbeller.
+func (c *conn) PostSendDeferred(wrs ...rdma.SendWR) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.postSendLocked(wrs)
+	return err
+}
+
+// Doorbell implements rdma.Doorbeller: the caller transmits itself when
+// the writer is idle and the connection is a TCP socket (see txRun).
+func (c *conn) Doorbell() {
+	c.mu.Lock()
+	inline := c.tx.rc != nil && !c.txOwned && c.err == nil && c.sqUntx > 0
+	c.mu.Unlock()
+	if inline {
+		c.txRun(false)
+		return
+	}
+	c.kickWriter()
+}
+
+// postSendLocked queues wrs; it returns how many were queued and why the
+// rest were not.
+func (c *conn) postSendLocked(wrs []rdma.SendWR) (posted int, err error) {
 	for i := range wrs {
 		wr := &wrs[i]
 		if c.err != nil {
-			return rdma.ErrClosed
+			return posted, rdma.ErrClosed
 		}
 		switch wr.Op {
 		case rdma.OpSend, rdma.OpSendInvalidate, rdma.OpRDMAWrite, rdma.OpRDMARead:
 		default:
-			return fmt.Errorf("iwarp: opcode %v: %w", wr.Op, rdma.ErrInvalidWR)
+			return posted, fmt.Errorf("iwarp: opcode %v: %w", wr.Op, rdma.ErrInvalidWR)
 		}
 		if len(wr.Local) > c.caps.MaxSGE {
-			return fmt.Errorf("iwarp: %d SGEs, max %d: %w", len(wr.Local), c.caps.MaxSGE, rdma.ErrInvalidWR)
+			return posted, fmt.Errorf("iwarp: %d SGEs, max %d: %w", len(wr.Local), c.caps.MaxSGE, rdma.ErrInvalidWR)
 		}
 		total := 0
 		for _, s := range wr.Local {
 			if err := c.checkSGE(s, wr.Op == rdma.OpRDMARead); err != nil {
-				return err
+				return posted, err
 			}
 			total += s.Length
 		}
 		if total > math.MaxInt32 {
-			return fmt.Errorf("iwarp: %d-byte message: %w", total, rdma.ErrInvalidWR)
+			return posted, fmt.Errorf("iwarp: %d-byte message: %w", total, rdma.ErrInvalidWR)
 		}
 		if c.sqHeld >= len(c.sq) {
-			return rdma.ErrQueueFull
+			return posted, rdma.ErrQueueFull
 		}
 		if wr.Op == rdma.OpRDMARead && len(c.reads) >= c.caps.ORD {
-			return rdma.ErrQueueFull
+			return posted, rdma.ErrQueueFull
 		}
 		idx := (c.sqHead + c.sqLen) % len(c.sq)
 		e := &c.sq[idx]
@@ -449,7 +480,7 @@ func (c *conn) PostSend(wrs ...rdma.SendWR) error {
 		c.sqUntx++
 		posted++
 	}
-	return nil
+	return posted, nil
 }
 
 // PostRecv posts receive buffers, each for one incoming Send message. A

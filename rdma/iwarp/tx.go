@@ -6,7 +6,11 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gosrp/gosrp/rdma"
 )
@@ -36,11 +40,25 @@ type txState struct {
 	// Scratch lists for a batch (no allocation per batch).
 	takeSQ  []taken
 	takeIRQ []int
+	// rc writes without blocking (flushNB); nil when the connection is not
+	// a TCP socket, and then posters never transmit.
+	rc     syscall.RawConn
+	vec    []unix.Iovec
+	wrote  int
+	werrno syscall.Errno
+	writeF func(fd uintptr) bool
 }
 
 func (t *txState) init(c *conn) {
 	t.c = c
 	t.w = c.nc
+	if tc, ok := c.nc.(*net.TCPConn); ok && txInline {
+		if rc, err := tc.SyscallConn(); err == nil {
+			t.rc = rc
+			t.vec = make([]unix.Iovec, 0, txMaxIOV+8)
+			t.writeF = t.writev
+		}
+	}
 	t.arena = make([]byte, 0, txArenaSize)
 	t.iov = make([][]byte, 0, txMaxIOV+8)
 	for i := range t.msn {
@@ -63,6 +81,74 @@ func (t *txState) flush() {
 		t.err = err
 	}
 	t.reset()
+}
+
+// txInline lets posters transmit (benchmarks compare without it).
+var txInline = true
+
+// writev is the raw write callback of flushNB: one writev(2) of t.vec,
+// never waiting for the socket.
+func (t *txState) writev(fd uintptr) bool {
+	n, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.vec[0])), uintptr(len(t.vec)))
+	for e == unix.EINTR {
+		n, _, e = unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.vec[0])), uintptr(len(t.vec)))
+	}
+	t.wrote, t.werrno = int(n), e
+	return true
+}
+
+// flushNB writes the gathered FPDUs as far as the socket takes them
+// without waiting. It reports whether all went out; the rest stays
+// gathered for flush. An error other than the socket being full is left in
+// t.err (reported as written).
+func (t *txState) flushNB() bool {
+	if len(t.iov) == 0 || t.err != nil {
+		t.reset()
+		return true
+	}
+	raceRelease()
+	t.vec = t.vec[:0]
+	for _, p := range t.iov {
+		if len(p) > 0 {
+			v := unix.Iovec{Base: &p[0]}
+			v.SetLen(len(p))
+			t.vec = append(t.vec, v)
+		}
+	}
+	if len(t.vec) == 0 {
+		t.reset()
+		return true
+	}
+	if err := t.rc.Write(t.writeF); err != nil {
+		t.err = err
+		t.reset()
+		return true
+	}
+	clear(t.vec)
+	switch {
+	case t.werrno == unix.EAGAIN:
+		return false
+	case t.werrno != 0:
+		t.err = t.werrno
+		t.reset()
+		return true
+	}
+	// Drop what was written; a partial write leaves the rest for flush.
+	n := t.wrote
+	k := 0
+	for k < len(t.iov) && n >= len(t.iov[k]) {
+		n -= len(t.iov[k])
+		k++
+	}
+	if k == len(t.iov) {
+		t.reset()
+		return true
+	}
+	t.iov[k] = t.iov[k][n:]
+	rest := copy(t.iov, t.iov[k:])
+	clear(t.iov[rest:])
+	t.iov = t.iov[:rest]
+	return false
 }
 
 func (t *txState) reset() {
@@ -222,134 +308,252 @@ type taken struct {
 	seq uint64
 }
 
+// Transmission is owned by one goroutine at a time (conn.txOwned): the
+// writer goroutine, or a poster (PostSend) that finds the writer idle and
+// sends its own work at once, without waking the writer: one goroutine
+// hand-off less per message. A poster never blocks on the socket: what the
+// socket does not take at once is handed over to the writer, which also
+// takes over after txInlineRounds batches so a poster is not kept
+// transmitting other posters' work.
+const txInlineRounds = 2
+
+// txInlineBytes bounds a poster's batch, in payload bytes, well inside
+// what one gather list holds, so that building it never has to flush (a
+// blocking write) halfway; larger work and Read Responses are the
+// writer's.
+const txInlineBytes = 2 << 20
+
 // writer is the connection's sending goroutine: it takes queued Read
 // Responses and send work, builds their FPDUs and writes them in batches.
 func (c *conn) writer() {
 	defer c.wg.Done()
-	t := &c.tx
+	waitOwner := false
 	for {
-		select {
-		case <-c.txWake:
-		case <-c.done:
+		if waitOwner {
+			// A poster transmits; it kicks when it lets go.
+			<-c.txWake
+		} else {
+			select {
+			case <-c.txWake:
+			case <-c.done:
+			}
 		}
-		for {
-			c.mu.Lock()
-			if c.err != nil {
-				term := c.term
-				c.term = nil
-				c.mu.Unlock()
-				if term != nil {
-					// A write cut short by fail's deadline may leave a
-					// partial FPDU; the Terminate is still worth a try.
-					c.nc.SetWriteDeadline(time.Now().Add(terminateWriteTimeout))
-					t.err = nil
-					t.reset()
-					t.emitTerminate(term)
-					t.flush()
-					c.lingerClose()
-				}
-				return
-			}
-			t.takeIRQ = t.takeIRQ[:0]
-			for c.irqTx < c.irqLen {
-				i := (c.irqHead + c.irqTx) % len(c.irq)
-				t.takeIRQ = append(t.takeIRQ, i)
-				c.irqTx++
-				if c.irq[i].counted {
-					c.irqCounted--
-				}
-			}
-			t.takeSQ = t.takeSQ[:0]
-		take:
-			for c.sqUntx > 0 && len(t.takeSQ) < txMaxWRs {
-				e := &c.sq[c.sqNext]
-				switch e.wr.Op {
-				case rdma.OpRDMARead:
-					if c.orqLen >= c.caps.ORD {
-						break take // ORD reached (fences count): wait for a response
-					}
-					e.msn = t.msn[qnReadReq]
-					t.msn[qnReadReq]++
-					c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = orqEntry{idx: c.sqNext}
-					c.orqLen++
-					c.fenced = e.seq + 1
-				case rdma.OpSend, rdma.OpSendInvalidate:
-					e.msn = t.msn[qnSend]
-					t.msn[qnSend]++
-				}
-				t.takeSQ = append(t.takeSQ, taken{c.sqNext, e.seq})
-				c.txSeq = e.seq + 1
-				c.sqNext = (c.sqNext + 1) % len(c.sq)
-				c.sqUntx--
-			}
-			fence, fenceMSN := false, uint32(0)
-			if c.confirm && c.txSeq > c.fenced && c.orqLen < c.caps.ORD && c.fencesOut < c.maxFences {
-				fence, fenceMSN = true, t.msn[qnReadReq]
-				t.msn[qnReadReq]++
-				c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = orqEntry{idx: -1, fence: true, upTo: c.txSeq}
-				c.orqLen++
-				c.fencesOut++
-				c.fenced = c.txSeq
-			}
-			c.mu.Unlock()
-			if len(t.takeIRQ) == 0 && len(t.takeSQ) == 0 && !fence {
-				break
-			}
-			// The entries taken are stable until they complete, and they
-			// complete only after being marked sent below (or on fail,
-			// after which nothing is posted again).
-			for _, i := range t.takeIRQ {
-				r := &c.irq[i]
-				t.emitTagged(opReadResponse, r.sinkSTag, r.sinkTO, nil, r.data, len(r.data))
-			}
-			for _, tk := range t.takeSQ {
-				e := &c.sq[tk.idx]
-				switch e.wr.Op {
-				case rdma.OpSend, rdma.OpSendInvalidate:
-					t.emitSend(e)
-				case rdma.OpRDMAWrite:
-					t.emitTagged(opRDMAWrite, e.wr.Remote.RKey, e.wr.Remote.Addr, e.sgl, nil, e.length)
-				case rdma.OpRDMARead:
-					t.emitReadRequest(e.msn, readRequest{
-						SinkSTag: e.sinkSTag, SinkTO: e.sinkTO, Size: uint32(e.length),
-						SourceSTag: e.wr.Remote.RKey, SourceTO: e.wr.Remote.Addr,
-					})
-				}
-			}
-			if fence {
-				t.emitReadRequest(fenceMSN, readRequest{})
-			}
-			t.flush()
-			if t.err != nil {
-				c.fail(fmt.Errorf("iwarp: connection lost: %w", t.err), nil)
-				continue
-			}
-			c.mu.Lock()
-			if c.err == nil {
-				for range t.takeIRQ {
-					c.irq[c.irqHead] = inboundRead{}
-					c.irqHead = (c.irqHead + 1) % len(c.irq)
-					c.irqLen--
-					c.irqTx--
-				}
-				for _, tk := range t.takeSQ {
-					e := &c.sq[tk.idx]
-					if e.seq != tk.seq {
-						continue // confirmed, completed and the slot reused
-					}
-					e.sent = true
-					if e.state != sqQueued {
-						continue // already confirmed or answered
-					}
-					if e.wr.Op == rdma.OpRDMARead || c.confirm {
-						e.state = sqSent
-					} else {
-						e.state = sqDone
-					}
-				}
-				c.advanceSQLocked()
-			}
-			c.mu.Unlock()
+		var exit bool
+		exit, waitOwner = c.txRun(true)
+		if exit {
+			return
 		}
 	}
+}
+
+// txRun transmits until nothing is left to send. blocking is the writer
+// goroutine's run; a poster's run (blocking false) writes without waiting
+// for the socket and hands over to the writer when it would have to. exit
+// tells the writer to end (the connection failed and its Terminate is
+// out); owned that another goroutine transmits.
+func (c *conn) txRun(blocking bool) (exit, owned bool) {
+	t := &c.tx
+	c.mu.Lock()
+	switch {
+	case c.txOwned && blocking && c.txHandoff:
+		// Finish the batch a poster could not write at once.
+		c.txHandoff = false
+		c.mu.Unlock()
+		t.flush()
+		if t.err != nil {
+			c.fail(fmt.Errorf("iwarp: connection lost: %w", t.err), nil)
+		}
+		c.mu.Lock()
+		c.markSentLocked()
+	case c.txOwned:
+		if blocking {
+			c.txWanted = true
+		}
+		c.mu.Unlock()
+		return false, true
+	default:
+		c.txOwned = true
+	}
+	for round := 0; ; round++ {
+		// c.mu is held here.
+		if c.err != nil {
+			if !blocking {
+				c.releaseTxLocked(true)
+				c.mu.Unlock()
+				return false, false
+			}
+			c.txOwned = false
+			term := c.term
+			c.term = nil
+			c.mu.Unlock()
+			if term != nil {
+				// A write cut short by fail's deadline may leave a
+				// partial FPDU; the Terminate is still worth a try.
+				c.nc.SetWriteDeadline(time.Now().Add(terminateWriteTimeout))
+				t.err = nil
+				t.reset()
+				t.emitTerminate(term)
+				t.flush()
+				c.lingerClose()
+			}
+			return true, false
+		}
+		if !blocking && round == txInlineRounds {
+			c.releaseTxLocked(true)
+			c.mu.Unlock()
+			return false, false
+		}
+		fence, fenceMSN := c.takeLocked(!blocking)
+		if len(t.takeIRQ) == 0 && len(t.takeSQ) == 0 && !fence {
+			// Nothing more, or only work a poster leaves to the writer.
+			c.releaseTxLocked(c.sqUntx > 0 || c.irqTx < c.irqLen)
+			c.mu.Unlock()
+			return false, false
+		}
+		c.mu.Unlock()
+		c.emitTaken(fence, fenceMSN)
+		if blocking {
+			t.flush()
+		} else if !t.flushNB() {
+			// The socket is full: the writer writes the rest.
+			c.mu.Lock()
+			c.txHandoff = true
+			c.mu.Unlock()
+			c.kickWriter()
+			return false, false
+		}
+		if t.err != nil {
+			c.fail(fmt.Errorf("iwarp: connection lost: %w", t.err), nil)
+		}
+		c.mu.Lock()
+		c.markSentLocked()
+	}
+}
+
+// releaseTxLocked gives up transmission; the writer is woken when it waits
+// for it or, with kick, to carry on with what is left.
+func (c *conn) releaseTxLocked(kick bool) {
+	c.txOwned = false
+	if c.txWanted || kick {
+		c.txWanted = false
+		c.kickWriter()
+	}
+}
+
+// takeLocked takes the queued Read Responses and send work for one batch
+// into c.tx.takeIRQ / takeSQ, and a completion fence if one is due. A
+// poster's batch (inline) takes no Read Response and at most
+// txInlineBytes of send work.
+func (c *conn) takeLocked(inline bool) (fence bool, fenceMSN uint32) {
+	t := &c.tx
+	t.takeIRQ = t.takeIRQ[:0]
+	for !inline && c.irqTx < c.irqLen {
+		i := (c.irqHead + c.irqTx) % len(c.irq)
+		t.takeIRQ = append(t.takeIRQ, i)
+		c.irqTx++
+		if c.irq[i].counted {
+			c.irqCounted--
+		}
+	}
+	t.takeSQ = t.takeSQ[:0]
+	bytes := 0
+take:
+	for c.sqUntx > 0 && len(t.takeSQ) < txMaxWRs {
+		e := &c.sq[c.sqNext]
+		if inline {
+			if e.wr.Op != rdma.OpRDMARead {
+				bytes += e.length
+			}
+			if bytes > txInlineBytes {
+				break
+			}
+		}
+		switch e.wr.Op {
+		case rdma.OpRDMARead:
+			if c.orqLen >= c.caps.ORD {
+				break take // ORD reached (fences count): wait for a response
+			}
+			e.msn = t.msn[qnReadReq]
+			t.msn[qnReadReq]++
+			c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = orqEntry{idx: c.sqNext}
+			c.orqLen++
+			c.fenced = e.seq + 1
+		case rdma.OpSend, rdma.OpSendInvalidate:
+			e.msn = t.msn[qnSend]
+			t.msn[qnSend]++
+		}
+		t.takeSQ = append(t.takeSQ, taken{c.sqNext, e.seq})
+		c.txSeq = e.seq + 1
+		c.sqNext = (c.sqNext + 1) % len(c.sq)
+		c.sqUntx--
+	}
+	if c.confirm && c.txSeq > c.fenced && c.orqLen < c.caps.ORD && c.fencesOut < c.maxFences {
+		fence, fenceMSN = true, t.msn[qnReadReq]
+		t.msn[qnReadReq]++
+		c.orq[(c.orqHead+c.orqLen)%len(c.orq)] = orqEntry{idx: -1, fence: true, upTo: c.txSeq}
+		c.orqLen++
+		c.fencesOut++
+		c.fenced = c.txSeq
+	}
+	return fence, fenceMSN
+}
+
+// emitTaken builds the FPDUs of the batch takeLocked took. The entries
+// taken are stable until they complete, and they complete only after
+// being marked sent (or on fail, after which nothing is posted again).
+func (c *conn) emitTaken(fence bool, fenceMSN uint32) {
+	t := &c.tx
+	for _, i := range t.takeIRQ {
+		r := &c.irq[i]
+		t.emitTagged(opReadResponse, r.sinkSTag, r.sinkTO, nil, r.data, len(r.data))
+	}
+	for _, tk := range t.takeSQ {
+		e := &c.sq[tk.idx]
+		switch e.wr.Op {
+		case rdma.OpSend, rdma.OpSendInvalidate:
+			t.emitSend(e)
+		case rdma.OpRDMAWrite:
+			t.emitTagged(opRDMAWrite, e.wr.Remote.RKey, e.wr.Remote.Addr, e.sgl, nil, e.length)
+		case rdma.OpRDMARead:
+			t.emitReadRequest(e.msn, readRequest{
+				SinkSTag: e.sinkSTag, SinkTO: e.sinkTO, Size: uint32(e.length),
+				SourceSTag: e.wr.Remote.RKey, SourceTO: e.wr.Remote.Addr,
+			})
+		}
+	}
+	if fence {
+		t.emitReadRequest(fenceMSN, readRequest{})
+	}
+}
+
+// markSentLocked records that the batch in c.tx.takeIRQ / takeSQ is on
+// the wire.
+func (c *conn) markSentLocked() {
+	t := &c.tx
+	if c.err != nil {
+		return
+	}
+	for range t.takeIRQ {
+		c.irq[c.irqHead] = inboundRead{}
+		c.irqHead = (c.irqHead + 1) % len(c.irq)
+		c.irqLen--
+		c.irqTx--
+	}
+	for _, tk := range t.takeSQ {
+		e := &c.sq[tk.idx]
+		if e.seq != tk.seq {
+			continue // confirmed, completed and the slot reused
+		}
+		e.sent = true
+		if e.state != sqQueued {
+			continue // already confirmed or answered
+		}
+		if e.wr.Op == rdma.OpRDMARead || c.confirm {
+			e.state = sqSent
+		} else {
+			e.state = sqDone
+		}
+	}
+	t.takeIRQ, t.takeSQ = t.takeIRQ[:0], t.takeSQ[:0]
+	c.advanceSQLocked()
 }

@@ -60,8 +60,12 @@ type channel struct {
 	cqn      rdma.CQNotifier
 	compBuf  []rdma.Completion
 	compFree chan []rdma.Completion
-	ctx      context.Context // passed to Execute; cancelled on close
-	stop     context.CancelFunc
+	// bell is conn as an rdma.Doorbeller: work is posted deferred and the
+	// loop rings once per turn (rang: something was posted since).
+	bell rdma.Doorbeller
+	rang bool
+	ctx  context.Context // passed to Execute; cancelled on close
+	stop context.CancelFunc
 
 	// Negotiated at login.
 	maxTI      int // max_ti_iu_len: largest IU we send, in bytes
@@ -312,6 +316,9 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 	} else {
 		c.startPoller()
 	}
+	if b, ok := conn.(rdma.Doorbeller); ok {
+		c.bell = b
+	}
 	c.remote = addrString(conn.RemoteAddr())
 	c.log.Info("channel connected", "imm", c.immOffset > 0, "established", established)
 	if established {
@@ -347,6 +354,7 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 				}
 			}
 		}
+		c.doorbell()
 		c.checkDrained()
 		c.updateSnap()
 	}

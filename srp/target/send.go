@@ -246,7 +246,7 @@ func (c *channel) pump() {
 			break
 		}
 		r.wr.ID = id
-		if err := c.conn.PostSend(r.wr); err != nil {
+		if err := c.post(r.wr); err != nil {
 			c.releaseID(id)
 			if errors.Is(err, rdma.ErrQueueFull) {
 				break
@@ -270,7 +270,7 @@ func (c *channel) pump() {
 			b.wrs[i].ID = wrSendBit // unsignaled: only an error or a flush completes it
 		}
 		b.wrs[len(b.wrs)-1].ID = id
-		if err := c.conn.PostSend(b.wrs...); err != nil {
+		if err := c.post(b.wrs...); err != nil {
 			c.releaseID(id)
 			if errors.Is(err, rdma.ErrQueueFull) {
 				break
@@ -284,6 +284,28 @@ func (c *channel) pump() {
 		c.wrRing[int(id&^wrSendBit)>>32] = rec
 		c.sqAvail -= b.cost
 		c.sendQ.pop() // b is gone from here on
+	}
+}
+
+// post posts send queue work: held until the loop rings the doorbell when
+// the provider batches (rdma.Doorbeller).
+func (c *channel) post(wrs ...rdma.SendWR) error {
+	if c.bell == nil {
+		return c.conn.PostSend(wrs...)
+	}
+	if err := c.bell.PostSendDeferred(wrs...); err != nil {
+		return err
+	}
+	c.rang = true
+	return nil
+}
+
+// doorbell transmits the work posted since the last one: once per turn of
+// the loop, so the responses of a batch of completions go out together.
+func (c *channel) doorbell() {
+	if c.rang {
+		c.rang = false
+		c.bell.Doorbell()
 	}
 }
 
