@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/scsi/sense"
 )
 
 // cmdCtx is what an opcode handler sees of a command.
@@ -92,7 +93,7 @@ func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, 
 		s.untag(t)
 		if aborted || ctx.Err() != nil {
 			if report && ctx.Err() == nil {
-				return Result{Status: StatusTaskAborted}
+				return Result{Status: sense.StatusTaskAborted}
 			}
 			return Result{Aborted: true}
 		}
@@ -101,7 +102,7 @@ func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, 
 		aborted, report := lu.ts.unregister(t)
 		if aborted || ctx.Err() != nil {
 			if report && ctx.Err() == nil {
-				return Result{Status: StatusTaskAborted}
+				return Result{Status: sense.StatusTaskAborted}
 			}
 			return Result{Aborted: true}
 		}
@@ -113,7 +114,7 @@ func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, 
 			st = f.status
 		}
 		res.Status = st
-		if st == StatusCheckCondition {
+		if st == sense.StatusCheckCondition {
 			res.Sense = buildSense(f, c.desc)
 			res.DataInLen = 0
 			s.applyQErr(lu, t)
@@ -298,10 +299,24 @@ func (lu *LogicalUnit) uaCommandsCleared(ab []*task, except string) {
 	}
 }
 
+// Refuse implements Session.
+func (s *session) Refuse(cmd *Command, r Reason) Result {
+	lu, _ := s.lookup(cmd.LUN)
+	return ResultFor(r, lu != nil && lu.dsense())
+}
+
+// ResultFor is the result of a command that fails for reason r: its status
+// and, for CHECK CONDITION, sense data from the reason table in descriptor
+// format (SPC-4 §4.5.2) when descriptorSense is set, else fixed format
+// (§4.5.3).
+func ResultFor(r Reason, descriptorSense bool) Result {
+	return checkResult(fail(r), descriptorSense)
+}
+
 // checkResult turns a failure into a Result.
 func checkResult(f failure, desc bool) Result {
 	r := Result{Status: f.reason.Status()}
-	if r.Status == StatusCheckCondition {
+	if r.Status == sense.StatusCheckCondition {
 		r.Sense = buildSense(f, desc)
 	}
 	return r

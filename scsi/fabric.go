@@ -186,6 +186,14 @@ type Session interface {
 	// c.Complete; Submit then returns inline false. The fabric keeps cmd
 	// and its buffers until it has the result.
 	Submit(ctx context.Context, cmd *Command, c Completer) (res Result, inline bool)
+	// Refuse returns the result of a command the fabric itself refuses
+	// for reason r, such as malformed data descriptors (INVALID FIELD IN
+	// CDB) or a tag already in use (OVERLAPPED COMMANDS ATTEMPTED): its
+	// status and the sense data of the one reason table, in the format the
+	// control mode page of the logical unit cmd.LUN addresses selects
+	// (D_SENSE), as LIO's transport_send_check_condition_and_sense. Only
+	// cmd.LUN is used; nothing is executed.
+	Refuse(cmd *Command, r Reason) Result
 	// TaskManagement performs fn on lun. taskTag names the task for ABORT
 	// TASK. It returns after the affected commands have finished.
 	TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTag uint64) TMFResponse

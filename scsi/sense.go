@@ -2,13 +2,6 @@ package scsi
 
 import "github.com/gosrp/gosrp/scsi/sense"
 
-// The status codes the command pipeline names; the vocabulary is
-// package sense's.
-const (
-	StatusCheckCondition = sense.StatusCheckCondition
-	StatusTaskAborted    = sense.StatusTaskAborted
-)
-
 // Reason is why the core fails a command (the role of LIO's
 // sense_reason_t). Each Reason maps to one status and, for CHECK CONDITION,
 // one sense key/ASC/ASCQ through reasonTable; nothing else in the core

@@ -61,7 +61,7 @@ func (s *lunStats) record(res *scsi.Result, d time.Duration) {
 // isUnitAttention reports whether res is CHECK CONDITION with sense key
 // UNIT ATTENTION (SAM-5 §5.3.1, SPC-4 §4.5.6).
 func isUnitAttention(res *scsi.Result) bool {
-	if res.Status != scsi.StatusCheckCondition {
+	if res.Status != sense.StatusCheckCondition {
 		return false
 	}
 	si, err := sense.Parse(res.Sense)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp"
 )
 
@@ -130,40 +131,10 @@ func (cmd *command) recycle() {
 	cmd.readsLeft, cmd.readErr = 0, false
 }
 
-// SCSI status codes and sense used by the fabric itself (SAM-5 §5.3.1,
-// SPC-4 §4.5.6 table 28).
-const (
-	statusGood           = 0x00
-	statusCheckCondition = 0x02
-	statusBusy           = 0x08
-	statusTaskSetFull    = 0x28
-)
-
 // maxExternalDescs bounds an external descriptor table (in descriptors);
 // larger tables get CHECK CONDITION. Linux ib_srp allows up to 2048
 // (indirect_sg_entries).
 const maxExternalDescs = 4096
-
-// fixedSense returns fixed-format sense data (SPC-4 §4.5.3, response code
-// 70h, additional length 10) for key/ASC/ASCQ.
-func fixedSense(key, asc, ascq byte) []byte {
-	s := make([]byte, 18)
-	s[0] = 0x70
-	s[2] = key
-	s[7] = 10
-	s[12] = asc
-	s[13] = ascq
-	return s
-}
-
-// senseInvalidFieldInCDB is ILLEGAL REQUEST, INVALID FIELD IN CDB (05/24/00):
-// the answer to malformed descriptors, bidirectional commands and
-// oversized transfers.
-var senseInvalidFieldInCDB = fixedSense(0x05, 0x24, 0x00)
-
-// senseOverlapped is ABORTED COMMAND, OVERLAPPED COMMANDS ATTEMPTED
-// (0B/4E/00; SAM-5 §5.9): a new command reused the tag of an outstanding one.
-var senseOverlapped = fixedSense(0x0b, 0x4e, 0x00)
 
 // startCmd decodes an SRP_CMD, has the core check it, and starts moving
 // its data (LIO's order: target_submit_cmd checks the command before the
@@ -186,9 +157,12 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 			return
 		}
 		cmd.tag = binary.BigEndian.Uint64(b[8:16])
+		if len(b) >= 28 {
+			cmd.lun = binary.BigEndian.Uint64(b[20:28])
+		}
 		c.stats.errors.Add(1)
 		c.log.Warn("malformed SRP_CMD", "tag", cmd.tag, "err", err)
-		c.respond(cmd, statusCheckCondition, senseInvalidFieldInCDB, 0, 0)
+		c.refuse(cmd, scsi.ReasonInvalidCDBField)
 		return
 	}
 	cmd.tag, cmd.lun, cmd.attr = iu.Tag, iu.LUN, scsi.TaskAttr(iu.TaskAttr)
@@ -196,14 +170,14 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 	if old := c.cmds[cmd.tag]; old != nil {
 		c.stats.errors.Add(1)
 		c.log.Warn("SRP_CMD reuses an outstanding tag", "tag", cmd.tag)
-		c.respond(cmd, statusCheckCondition, senseOverlapped, 0, 0)
+		c.refuse(cmd, scsi.ReasonOverlappedCommands)
 		return
 	}
 	c.cmds[cmd.tag] = cmd
 	if bad := c.checkData(cmd, iu); bad != "" {
 		c.stats.errors.Add(1)
 		c.log.Warn("rejecting SRP_CMD data descriptors", "tag", cmd.tag, "why", bad)
-		c.respond(cmd, statusCheckCondition, senseInvalidFieldInCDB, 0, 0)
+		c.refuse(cmd, scsi.ReasonInvalidCDBField)
 		return
 	}
 	sc := &cmd.sc
@@ -332,7 +306,7 @@ func (c *channel) onTable(cmd *command) {
 	}
 	if sum != uint64(want) {
 		c.log.Warn("external descriptor table disagrees with the total length", "tag", cmd.tag, "sum", sum, "len", want)
-		c.respond(cmd, statusCheckCondition, senseInvalidFieldInCDB, 0, 0)
+		c.refuse(cmd, scsi.ReasonInvalidCDBField)
 		return
 	}
 	if cmd.tableOut {
@@ -505,22 +479,30 @@ func (cmd *command) residuals(outWanted, inWanted, n int) (flags srp.RspFlags, o
 // now; as LIO transport_generic_request_failure answers
 // TCM_OUT_OF_RESOURCES); when registering the buffer fails, BUSY.
 func (c *channel) busy(cmd *command, err error) {
-	status := byte(statusBusy)
+	status := sense.StatusBusy
 	if errors.Is(err, errDataMemory) {
-		status = statusTaskSetFull
+		status = sense.StatusTaskSetFull
 	}
 	c.log.Warn("no buffer for command", "tag", cmd.tag, "status", status, "err", err)
 	c.respond(cmd, status, nil, 0, 0)
 }
 
-func (c *channel) respond(cmd *command, status byte, sense []byte, outRes, inRes uint32) {
-	c.respondWith(cmd, status, sense, 0, outRes, inRes, cmd.wrs[:0])
+// refuse answers a command the fabric refuses for reason r (malformed
+// descriptors, a tag in use) with the core's status and sense for r
+// (Session.Refuse: the one sense table, the LU's D_SENSE), moving no data.
+func (c *channel) refuse(cmd *command, r scsi.Reason) {
+	res := c.nx.sess.Refuse(&scsi.Command{LUN: cmd.lun}, r)
+	c.respond(cmd, res.Status, res.Sense, 0, 0)
+}
+
+func (c *channel) respond(cmd *command, status byte, senseData []byte, outRes, inRes uint32) {
+	c.respondWith(cmd, status, senseData, 0, outRes, inRes, cmd.wrs[:0])
 }
 
 // respondWith builds the SRP_RSP in the command's send context (ib_srpt
 // srpt_build_cmd_rsp: req_lim_delta = 1 + accumulated credit, sense
 // truncated to max_ti_iu_len) and queues it behind the data-in writes.
-func (c *channel) respondWith(cmd *command, status byte, sense []byte, flags srp.RspFlags, outRes, inRes uint32, writes []rdma.SendWR) {
+func (c *channel) respondWith(cmd *command, status byte, senseData []byte, flags srp.RspFlags, outRes, inRes uint32, writes []rdma.SendWR) {
 	cmd.state = cmdRspSent
 	// The initiator may reuse the tag as soon as it sees this response,
 	// possibly before the SEND's completion reaches us: the tag is free now.
@@ -528,13 +510,13 @@ func (c *channel) respondWith(cmd *command, status byte, sense []byte, flags srp
 		delete(c.cmds, cmd.tag)
 	}
 	maxSense := max(0, min(c.maxTI, c.cfg.MaxRspSize)-srp.RspSize)
-	if len(sense) > maxSense {
-		sense = sense[:maxSense]
+	if len(senseData) > maxSense {
+		senseData = senseData[:maxSense]
 	}
-	if len(sense) > 0 {
+	if len(senseData) > 0 {
 		flags |= srp.SnsValid
 	}
-	if status == statusCheckCondition {
+	if status == sense.StatusCheckCondition {
 		c.stats.checkConditions.Add(1)
 	}
 	rsp := srp.Rsp{
@@ -544,7 +526,7 @@ func (c *channel) respondWith(cmd *command, status byte, sense []byte, flags srp
 		Status:        status,
 		DataOutResCnt: outRes,
 		DataInResCnt:  inRes,
-		Sense:         sense,
+		Sense:         senseData,
 	}
 	b, err := rsp.AppendTo(c.sendSlot(cmd.send)[:0])
 	if err != nil {

@@ -120,6 +120,11 @@ func (s *fakeSession) Check(*scsi.Command) (scsi.Result, bool) {
 	return scsi.Result{DataOutWanted: -1, DataInWanted: -1}, true
 }
 
+// Refuse answers with the core's fixed-format sense for r.
+func (s *fakeSession) Refuse(_ *scsi.Command, r scsi.Reason) scsi.Result {
+	return scsi.ResultFor(r, false)
+}
+
 // Submit runs every command on a goroutine of its own.
 func (s *fakeSession) Submit(ctx context.Context, cmd *scsi.Command, c scsi.Completer) (scsi.Result, bool) {
 	go func() { c.Complete(cmd, s.Execute(ctx, cmd)) }()
@@ -154,7 +159,7 @@ func (s *fakeSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Resul
 		n := int(binary.BigEndian.Uint16(cdb[7:9])) * 512
 		off := lba * 512
 		if off+n > len(f.mem) {
-			return scsi.Result{Status: 2, Sense: fixedSense(5, 0x21, 0)}
+			return scsi.ResultFor(scsi.ReasonLBAOutOfRange, false)
 		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -165,7 +170,7 @@ func (s *fakeSession) Execute(ctx context.Context, cmd *scsi.Command) scsi.Resul
 		k := copy(f.mem[off:off+n], cmd.DataOut)
 		return scsi.Result{DataOutUsed: k, DataOutWanted: n}
 	}
-	return scsi.Result{Status: 2, Sense: fixedSense(5, 0x20, 0)}
+	return scsi.ResultFor(scsi.ReasonInvalidOpcode, false)
 }
 
 func (s *fakeSession) TaskManagement(ctx context.Context, fn scsi.TMF, lun, tag uint64) scsi.TMFResponse {

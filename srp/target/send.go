@@ -162,7 +162,8 @@ func (c *channel) onCompletion(wc *rdma.Completion) {
 	}
 }
 
-// freeSendCtx returns a response send context and replays parked IUs.
+// freeSendCtx returns a response send context to the free list (the
+// caller replays parked IUs with runWait).
 func (c *channel) freeSendCtx(i int) {
 	if i >= 0 && i < c.cfg.RQSize {
 		c.freeSend = append(c.freeSend, i)
