@@ -90,7 +90,8 @@ type channel struct {
 	state      chanState
 	stateMirr  atomic.Int32
 	cred       credits
-	wait       []int // receive slots parked, in arrival order
+	wait       fifo[int]     // receive slots parked, in arrival order
+	rwrs       []rdma.RecvWR // scratch for posting receives
 	cmds       map[uint64]*command
 	nCmds      int // commands and TMFs holding a send context
 	executing  int // goroutines in Execute or TaskManagement
@@ -458,8 +459,8 @@ func (c *channel) transition(ev chanEvent) {
 		c.sendQ.reset()
 		// Parked IUs will never run; with a shared receive queue their
 		// buffers go back to it now rather than at release.
-		c.postRecv(c.wait...)
-		c.wait = nil
+		c.postRecv(c.wait.buf[c.wait.head:]...)
+		c.wait.reset()
 	}
 	if eff&effDisconnect != 0 {
 		_ = c.conn.Close()

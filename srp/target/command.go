@@ -3,6 +3,7 @@ package target
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
@@ -444,6 +445,8 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 	for i := range cmd.wrs {
 		cmd.wrs[i].Local = cmd.sges[i : i+1 : i+1]
 	}
+	// Room for the SEND queueSend appends, kept for the command's next use.
+	cmd.wrs = slices.Grow(cmd.wrs, 1)
 	c.respondWith(cmd, res.Status, res.Sense, flags, outRes, inRes, cmd.wrs)
 }
 

@@ -279,7 +279,7 @@ func TestTagReuseAfterResponse(t *testing.T) {
 	for slot := 0; slot < 2; slot++ {
 		n := copy(c.recvSlot(slot), tur)
 		c.setRecvLen(slot, n)
-		c.wait = append(c.wait, slot)
+		c.wait.push(slot)
 		c.runWait()
 		if len(rc.sends) == slot { // answered at once means refused
 			select {

@@ -37,7 +37,7 @@ func (c *channel) postRecv(slots ...int) {
 		if k == 0 {
 			return
 		}
-		if err := c.srq.PostRecv(c.ring.wrs(slots[:k]...)...); err != nil && !errors.Is(err, rdma.ErrClosed) {
+		if err := c.srq.PostRecv(c.recvWRs(slots[:k])...); err != nil && !errors.Is(err, rdma.ErrClosed) {
 			c.log.Error("posting receive buffers to the shared receive queue failed; they are lost", "n", k, "err", err)
 		}
 		return
@@ -45,7 +45,7 @@ func (c *channel) postRecv(slots ...int) {
 	if c.state >= stateDisconnecting {
 		return
 	}
-	if err := c.conn.PostRecv(c.ring.wrs(slots...)...); err != nil {
+	if err := c.conn.PostRecv(c.recvWRs(slots)...); err != nil {
 		c.log.Warn("post receive failed", "err", err)
 		c.closeNow("post receive failed")
 	}
@@ -92,7 +92,7 @@ func (c *channel) onRecv(wc *rdma.Completion) {
 		c.onLoginIU(slot)
 		return
 	}
-	c.wait = append(c.wait, slot)
+	c.wait.push(slot)
 	c.runWait()
 }
 
@@ -108,6 +108,16 @@ func (c *channel) iu(slot int) []byte {
 	return b[:n]
 }
 
+// recvWRs describes receive slots as work requests, in the channel's
+// scratch list (providers copy what is posted).
+func (c *channel) recvWRs(slots []int) []rdma.RecvWR {
+	c.rwrs = c.rwrs[:0]
+	for _, s := range slots {
+		c.rwrs = append(c.rwrs, c.ring.wr(s))
+	}
+	return c.rwrs
+}
+
 // runWait dispatches parked IUs in arrival order until one cannot run.
 func (c *channel) runWait() {
 	if c.inRunWait {
@@ -115,13 +125,13 @@ func (c *channel) runWait() {
 	}
 	c.inRunWait = true
 	defer func() { c.inRunWait = false }()
-	for len(c.wait) > 0 && c.state == stateLive {
+	for c.wait.len() > 0 && c.state == stateLive {
 		// Off the list while it runs: a close during dispatch drops (and
 		// reposts) only the IUs still parked.
-		slot := c.wait[0]
-		c.wait = c.wait[1:]
+		slot := *c.wait.front()
+		c.wait.pop()
 		if !c.dispatch(slot) {
-			c.wait = append([]int{slot}, c.wait...)
+			c.wait.unpop(slot)
 			return
 		}
 	}

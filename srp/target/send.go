@@ -58,6 +58,19 @@ func (q *fifo[T]) pop() {
 	}
 }
 
+// unpop puts v back at the front.
+func (q *fifo[T]) unpop(v T) {
+	if q.head > 0 {
+		q.head--
+		q.buf[q.head] = v
+		return
+	}
+	var zero T
+	q.buf = append(q.buf, zero)
+	copy(q.buf[1:], q.buf)
+	q.buf[0] = v
+}
+
 // reset empties the queue.
 func (q *fifo[T]) reset() {
 	clear(q.buf)
@@ -174,7 +187,7 @@ func (c *channel) freeSendCtx(i int) {
 // maybeCredReq sends SRP_CRED_REQ when credit has accumulated and no
 // request is outstanding whose response could carry it (T10 SRP r16a §6.10).
 func (c *channel) maybeCredReq() {
-	if c.state != stateLive || c.credReqOut || c.cred.owed == 0 || c.nCmds > 0 || len(c.wait) > 0 {
+	if c.state != stateLive || c.credReqOut || c.cred.owed == 0 || c.nCmds > 0 || c.wait.len() > 0 {
 		return
 	}
 	c.credReqOut = true

@@ -52,9 +52,14 @@ func (r *recvRing) slot(i int) []byte {
 func (r *recvRing) wrs(slots ...int) []rdma.RecvWR {
 	wrs := make([]rdma.RecvWR, len(slots))
 	for i, s := range slots {
-		wrs[i] = rdma.RecvWR{ID: uint64(s), Local: rdma.SGE{MR: r.mr, Offset: r.base + s*r.stride + r.align, Length: r.size}}
+		wrs[i] = r.wr(s)
 	}
 	return wrs
+}
+
+// wr is the receive work request of slot s.
+func (r *recvRing) wr(s int) rdma.RecvWR {
+	return rdma.RecvWR{ID: uint64(s), Local: rdma.SGE{MR: r.mr, Offset: r.base + s*r.stride + r.align, Length: r.size}}
 }
 
 func allSlots(n int) []int {
