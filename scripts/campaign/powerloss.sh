@@ -5,12 +5,14 @@
 # SYNCHRONIZE CACHE and READ(16) and restarted on what the medium kept;
 # with the write cache on (WCE=1) FUA writes and writes before a completed
 # SYNCHRONIZE CACHE must survive, with it off every acknowledged write must
-# (scsi TestPowerLossCampaign; the test suite runs 20 cycles).
+# (scsi TestPowerLossCampaign), and the same with the write cache on and
+# eight concurrent writers and flushes (TestPowerLossConcurrent); the test
+# suite runs 20 and 10 cycles.
 #
 #   scripts/campaign/powerloss.sh
 #   CYCLES=100 scripts/campaign/powerloss.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=$PATH:/usr/local/go/bin
-GOSRP_CAMPAIGN_CYCLES=${CYCLES:-1000} go test -count=1 -timeout 30m ./scsi -run 'TestPowerLossCampaign' -v |
+GOSRP_CAMPAIGN_CYCLES=${CYCLES:-1000} go test -count=1 -timeout 30m ./scsi -run 'TestPowerLossCampaign|TestPowerLossConcurrent' -v |
   grep -E 'powerloss_test|^(---|ok|FAIL|panic)'
