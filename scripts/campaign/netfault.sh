@@ -57,9 +57,14 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "netfault: FAILED: $*" >&2; tail -20 "$W/srptd.log" >&2 || true; exit 1; }
+# A container may be root without the right to make namespaces, or
+# without nf_tables: say so and stop, rather than fail the suite.
+if ! ip netns add "$NS" 2>"$W/ns.err" || ! ip netns exec "$NS" nft list tables >/dev/null 2>>"$W/ns.err"; then
+  echo "== netfault part 2 skipped: no network namespace with nftables here: $(head -1 "$W/ns.err")"
+  exit 0
+fi
 go build -o "$W/srptd" ./cmd/srptd
 go build -o "$W/srpctl" ./cmd/srpctl
-ip netns add "$NS"
 ip link add "veth$$h" type veth peer name "veth$$t"
 ip link set "veth$$t" netns "$NS"
 ip addr add 10.231.$(($$ % 250)).1/24 dev "veth$$h"
