@@ -90,6 +90,7 @@ rados mon op timeout = 10
 rados osd op timeout = 10
 osd pool default pg autoscale mode = off
 mon warn on pool no redundancy = false
+mon data avail warn = 2
 EOF
 
 fail() {

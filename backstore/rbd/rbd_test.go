@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ceph/go-ceph/rados"
+	gorbd "github.com/ceph/go-ceph/rbd"
+
 	"github.com/gosrp/gosrp/backstore"
 )
 
@@ -34,17 +37,44 @@ func cluster(t *testing.T) (conf, pool string) {
 	return conf, pool
 }
 
-// openNew opens a fresh image of size bytes, unique to the test.
+// openNew opens a fresh image of size bytes, unique to the test; it is
+// closed and removed at the end of the test.
 func openNew(t *testing.T, size int64) (*Image, Config) {
 	t.Helper()
 	conf, pool := cluster(t)
-	cfg := Config{ConfPath: conf, Pool: pool, Image: fmt.Sprintf("t-%s-%d", t.Name(), time.Now().UnixNano()), CreateSize: size}
+	cfg := Config{ConfPath: conf, Pool: pool, Image: fmt.Sprintf("t-%d", time.Now().UnixNano()), CreateSize: size}
 	im, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { im.Close() })
+	t.Cleanup(func() {
+		im.Close()
+		removeImage(t, cfg)
+	})
 	return im, cfg
+}
+
+// removeImage deletes a test's image so repeated runs do not fill the
+// single-node cluster's memstore.
+func removeImage(t *testing.T, cfg Config) {
+	conn, err := rados.NewConn()
+	if err == nil {
+		defer conn.Shutdown()
+		if err = conn.ReadConfigFile(cfg.ConfPath); err == nil {
+			err = conn.Connect()
+		}
+	}
+	var ioctx *rados.IOContext
+	if err == nil {
+		ioctx, err = conn.OpenIOContext(cfg.Pool)
+	}
+	if err == nil {
+		defer ioctx.Destroy()
+		err = gorbd.RemoveImage(ioctx, cfg.Image)
+	}
+	if err != nil {
+		t.Logf("image %s/%s not removed: %v", cfg.Pool, cfg.Image, err)
+	}
 }
 
 func TestReadWriteAcrossObjects(t *testing.T) {
@@ -278,11 +308,12 @@ func TestClusterStopsAnswering(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", pidFile, err)
 	}
-	im, err := Open(context.Background(), Config{ConfPath: conf, Pool: pool, Image: fmt.Sprintf("t-stop-%d", time.Now().UnixNano()),
-		CreateSize: 1 << 20, OpTimeout: 2 * time.Second})
+	cfg := Config{ConfPath: conf, Pool: pool, Image: fmt.Sprintf("t-stop-%d", time.Now().UnixNano()), CreateSize: 1 << 20, OpTimeout: 2 * time.Second}
+	im, err := Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer removeImage(t, cfg)
 	defer im.Close()
 	w := bytes.Repeat([]byte{9}, 4096)
 	if _, err := im.WriteAt(w, 0); err != nil {

@@ -4,6 +4,8 @@
 # GOSRP_CEPH_CONF (scripts/test-ceph.sh starts one):
 #   - both present the same LU (VPD 83h NAA), each its own relative port and
 #     target port group (decoded by sg3_utils' sg_vpd when installed);
+#   - srpctl target lun add --backstore rbd at run time; a missing pool is a
+#     clear error at once; srpctl target alua lists the groups;
 #   - a file written through A reads back the same through B;
 #   - a persistent reservation taken through A conflicts through B (shared
 #     through a RADOS object), and its release through A frees B;
@@ -20,6 +22,7 @@ cd "$(dirname "$0")/../.."
 export PATH=$PATH:/usr/local/go/bin
 : "${GOSRP_CEPH_CONF:?set GOSRP_CEPH_CONF to a ceph.conf (scripts/ceph-up.sh)}"
 W=$(mktemp -d)
+IMAGE="gw-$$-$RANDOM"
 PIDS=()
 cleanup() {
   set +e
@@ -27,6 +30,9 @@ cleanup() {
   [ -n "${LOOP:-}" ] && timeout 30 losetup -d "$LOOP" 2>/dev/null
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null; done
   mountpoint -q "$W/luns" 2>/dev/null && umount -l "$W/luns"
+  # The images, so repeated runs do not fill a memstore cluster (a killed
+  # gateway's watch may keep one for 30 s: then it stays).
+  for i in "$IMAGE" "$IMAGE-added"; do timeout 20 rbd -c "$GOSRP_CEPH_CONF" rm "rbd/$i" >/dev/null 2>&1; done
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -41,7 +47,6 @@ step build
 timeout 300 go build -tags ceph,pacific -o "$W/srptd" ./cmd/srptd
 timeout 300 go build -o "$W/srpctl" ./cmd/srpctl
 S=$W/srpctl
-IMAGE="gw-$$-$RANDOM"
 
 # gateway NAME GROUP STATE PEER PEER_STATE
 gateway_conf() {
@@ -111,6 +116,22 @@ if command -v sg_vpd >/dev/null; then
 else
   echo "   (sg3_utils not installed: VPD 83h checked without sg_vpd)"
 fi
+
+step "admin API: an rbd LUN added at run time, a missing pool refused at once, ALUA groups listed"
+ADM=(--socket "$W/a/srptd.sock")
+timeout 60 "$S" target "${ADM[@]}" lun add --lun 1 --backstore rbd --pool rbd --image "$IMAGE-added" --size 16MiB --ceph-conf "$GOSRP_CEPH_CONF" || fail "lun add --backstore rbd"
+timeout 30 "$S" target "${ADM[@]}" luns | grep -q "rbd/$IMAGE-added" || fail "the added rbd LUN is not listed: $(timeout 30 "$S" target "${ADM[@]}" luns)"
+timeout 30 "$S" readcap "$T_a,initiator_ext=8" --lun 1 | grep -q 'capacity *16777216 bytes' || fail "READ CAPACITY of the added rbd LUN"
+t0=$SECONDS
+if timeout 60 "$S" target "${ADM[@]}" lun add --lun 2 --backstore rbd --pool no-such-pool --image x --ceph-conf "$GOSRP_CEPH_CONF" >"$W/nopool.out" 2>&1; then
+  fail "a LUN on a missing pool was added"
+fi
+grep -q 'no such pool' "$W/nopool.out" || fail "missing pool: $(cat "$W/nopool.out")"
+((SECONDS - t0 < 30)) || fail "the missing pool took $((SECONDS - t0)) s to refuse"
+timeout 30 "$S" target "${ADM[@]}" lun remove 1 || fail "lun remove 1"
+timeout 30 "$S" target "${ADM[@]}" alua >"$W/alua.out" || fail "target alua"
+grep -Eq '^1 +active/optimized +true +1 +\(this srptd\)' "$W/alua.out" && grep -Eq '^2 +active/non-optimized +false +2' "$W/alua.out" ||
+  fail "target alua: $(cat "$W/alua.out")"
 
 step "written through A, read back through B"
 head -c 4M /dev/urandom >"$W/data.bin"
