@@ -18,14 +18,14 @@ import (
 const multipathFastIOFail = time.Second
 
 // dialPaths logs in to every target (gateways presenting the same LUs) with
-// tf's settings, a short fast_io_fail_tmo unless one was given, and tune.
-// The caller closes the conns.
+// tf's settings and tune; with several targets, a short fast_io_fail_tmo
+// unless one was given. The caller closes the conns.
 func (tf *targetFlags) dialPaths(ctx context.Context, targets []string, tune func(*initiator.Options)) ([]*conn, error) {
 	var conns []*conn
 	for _, t := range targets {
 		o, err := tf.options(t)
 		if err == nil {
-			if tf.fastIOFail == 0 {
+			if tf.fastIOFail == 0 && len(targets) > 1 {
 				o.FastIOFailTmo = multipathFastIOFail
 			}
 			if tune != nil {
