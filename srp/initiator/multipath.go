@@ -317,8 +317,10 @@ func pathFailure(err error) (retry, transport bool) {
 // STATE CHANGED); other outcomes are returned as Session.Run returns them
 // (status folded into the error, unit attentions retried). A NoRetry
 // command is not re-issued after its path's channel was lost (it may have
-// run). It fails with ErrNoPath (wrapping the last path error) when every
-// path has failed. cmd must not use a Buffer.
+// run). While no path is usable but some session is still reconnecting,
+// Run waits (probing every ProbeInterval/4) until ctx ends; once every
+// path's session is lost (dev_loss_tmo) or closed it fails with ErrNoPath
+// wrapping the last path error. cmd must not use a Buffer.
 func (m *Multipath) Run(ctx context.Context, cmd *Command) (Result, error) {
 	if cmd.Buffer != nil {
 		return Result{}, errors.New("srp initiator: multipath commands carry their data in DataIn/DataOut, not a registered Buffer")
