@@ -43,7 +43,11 @@ func (c *channel) onLoginIU(slot int) {
 	}
 	i := c.cfg.RQSize + sendLogout
 	if reason != 0 {
-		c.log.Info("login rejected", "reason", reason)
+		if lr != nil {
+			c.log.Info("login rejected", c.port.rejectAttrs(lr, reason)...)
+		} else {
+			c.log.Info("login rejected", "reason", reason)
+		}
 		iu := rejectIU(tag, reason)
 		n := copy(c.sendSlot(i), iu)
 		c.transition(evLogout)
