@@ -557,6 +557,16 @@ func (r *request) put() {
 func (r *request) post(n int) error {
 	r.sge[0].Length = n
 	r.wr[0] = rdma.SendWR{ID: wrSend | uint64(r.idx), Op: rdma.OpSend, Local: r.sge[:], Signaled: true}
+	if b, ok := r.ch.conn.(rdma.Doorbeller); ok {
+		// Transmitted by this goroutine when the connection's writer is
+		// idle (one hand-off less per command), else by the writer
+		// together with what other commands posted.
+		if err := b.PostSendDeferred(r.wr[:]...); err != nil {
+			return err
+		}
+		b.Doorbell()
+		return nil
+	}
 	return r.ch.conn.PostSend(r.wr[:]...)
 }
 
