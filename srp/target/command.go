@@ -3,6 +3,7 @@ package target
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 
 	"github.com/gosrp/gosrp/rdma"
@@ -261,10 +262,33 @@ func (c *channel) checkData(cmd *command, iu *srp.Cmd) string {
 			continue
 		}
 	}
-	cmd.out = append(cmd.out[:0], out...)
-	cmd.in = append(cmd.in[:0], in...)
+	cmd.out = coalesce(append(cmd.out[:0], out...))
+	cmd.in = coalesce(append(cmd.in[:0], in...))
 	cmd.outLen, cmd.inLen = int(outLen), int(inLen)
 	return ""
+}
+
+// coalesce merges, in place, each run of descriptors that continue one
+// another in the initiator's memory (same key, each starting where the
+// previous ends), so a page list of one buffer (Linux ib_srp without fast
+// registration: one descriptor per page) costs one RDMA READ or WRITE per
+// MaxRDMASize instead of one per page, as LIO's rdma_rw merges contiguous
+// scatterlist entries. The total length is unchanged.
+func coalesce(d []srp.DirectBuf) []srp.DirectBuf {
+	if len(d) < 2 {
+		return d
+	}
+	k := 0
+	for _, x := range d[1:] {
+		last := &d[k]
+		if x.Key == last.Key && last.VA+uint64(last.Len) == x.VA && uint64(last.Len)+uint64(x.Len) <= math.MaxUint32 {
+			last.Len += x.Len
+			continue
+		}
+		k++
+		d[k] = x
+	}
+	return d[:k+1]
 }
 
 // fetchTable reads an indirect descriptor table that lies only in initiator
@@ -311,9 +335,9 @@ func (c *channel) onTable(cmd *command) {
 		return
 	}
 	if cmd.tableOut {
-		cmd.out = descs
+		cmd.out = coalesce(descs)
 	} else {
-		cmd.in = descs
+		cmd.in = coalesce(descs)
 	}
 	c.fetchDataOut(cmd)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"testing"
 
 	"github.com/gosrp/gosrp/rdma"
@@ -295,6 +296,28 @@ func TestTagReuseAfterResponse(t *testing.T) {
 		rsp := rc.sends[slot].Local[0].Bytes()
 		if rsp[0] != 0xc1 || rsp[19] != 0 {
 			t.Fatalf("response %d: % x, want SRP_RSP with GOOD status", slot, rsp)
+		}
+	}
+}
+
+// TestCoalesce: descriptors that continue one another (same key, adjacent
+// addresses) merge; any gap, key change or overflow of the 32-bit length
+// keeps them apart, and the total is unchanged.
+func TestCoalesce(t *testing.T) {
+	d := func(va uint64, key, n uint32) srp.DirectBuf { return srp.DirectBuf{VA: va, Key: key, Len: n} }
+	for _, c := range []struct {
+		in, want []srp.DirectBuf
+	}{
+		{nil, nil},
+		{[]srp.DirectBuf{d(0x1000, 7, 4096)}, []srp.DirectBuf{d(0x1000, 7, 4096)}},
+		{[]srp.DirectBuf{d(0x1000, 7, 4096), d(0x2000, 7, 4096), d(0x3000, 7, 512)}, []srp.DirectBuf{d(0x1000, 7, 8704)}},
+		{[]srp.DirectBuf{d(0x1000, 7, 4096), d(0x2000, 8, 4096)}, []srp.DirectBuf{d(0x1000, 7, 4096), d(0x2000, 8, 4096)}},
+		{[]srp.DirectBuf{d(0x1000, 7, 4096), d(0x2001, 7, 4096), d(0x3001, 7, 1)}, []srp.DirectBuf{d(0x1000, 7, 4096), d(0x2001, 7, 4097)}},
+		{[]srp.DirectBuf{d(0, 7, 0xFFFFFFFF), d(0xFFFFFFFF, 7, 1)}, []srp.DirectBuf{d(0, 7, 0xFFFFFFFF), d(0xFFFFFFFF, 7, 1)}},
+	} {
+		got := coalesce(slices.Clone(c.in))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("coalesce(%v) = %v, want %v", c.in, got, c.want)
 		}
 	}
 }
