@@ -130,6 +130,9 @@ type Path struct {
 	Name    string // for logs: the target string, or "path<N>"
 	// DeviceID is the path's VPD 83h answer at NewMultipath.
 	DeviceID DeviceID
+	// Explicit reports explicit ALUA (standard INQUIRY TPGS bit 1): the
+	// path's group can be activated with SET TARGET PORT GROUPS.
+	Explicit bool
 
 	state  uint8 // the ALUA state of the path's group as last read
 	failed bool  // the transport failed; a probe must succeed before use
@@ -149,8 +152,10 @@ type MultipathOptions struct {
 // as dm-multipath with the ALUA handler does: the path whose target port
 // group is active/optimized is used (then active/non-optimized), a command
 // that fails because its path's channel is lost or its group refuses it
-// (NOT READY 04/0A–0C) is re-issued on another path, and a path that comes
-// back active/optimized is used again (failback). Commands must carry their
+// (NOT READY 04/0A–0C) is re-issued on another path, a standby path is
+// activated with SET TARGET PORT GROUPS when no other path is usable
+// (explicit ALUA), and a path that comes back active/optimized is used again
+// (failback). Commands must carry their
 // data in DataIn/DataOut (a registered Buffer belongs to one session).
 // Methods may be called from many goroutines.
 type Multipath struct {
@@ -192,6 +197,11 @@ func NewMultipath(ctx context.Context, sessions []*Session, names []string, lun 
 		}
 		if p.DeviceID, err = ParseDeviceID(b); err != nil {
 			return nil, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		if std, err := s.Inquiry(ctx, lun, false, 0, 96); err == nil {
+			if inq, err := ParseInquiry(std); err == nil {
+				p.Explicit = inq.TPGS&2 != 0
+			}
 		}
 		if i > 0 && !bytes.Equal(p.DeviceID.LU, m.paths[0].DeviceID.LU) {
 			return nil, fmt.Errorf("%w: %s has LU % x, %s has % x", ErrNotSameLU, m.paths[0].Name, m.paths[0].DeviceID.LU, p.Name, p.DeviceID.LU)
@@ -343,6 +353,9 @@ func (m *Multipath) Run(ctx context.Context, cmd *Command) (Result, error) {
 			if round > 0 && m.allLost() {
 				return Result{}, fmt.Errorf("%w: %v", ErrNoPath, lastErr)
 			}
+			if m.activate(ctx) {
+				continue
+			}
 			select {
 			case <-ctx.Done():
 				return Result{}, fmt.Errorf("%w: %v", ctx.Err(), lastErr)
@@ -369,6 +382,39 @@ func (m *Multipath) Run(ctx context.Context, cmd *Command) (Result, error) {
 			m.refresh(ctx, p)
 		}
 	}
+}
+
+// activate makes a standby or unavailable path usable when no path is, as
+// Linux scsi_dh_alua does for explicit ALUA: SET TARGET PORT GROUPS (SPC-4
+// §6.46) through the path, asking active/optimized for its own group. It
+// reports whether a path became usable.
+func (m *Multipath) activate(ctx context.Context) bool {
+	for _, p := range m.paths {
+		m.mu.Lock()
+		st, failed := p.state, p.failed
+		m.mu.Unlock()
+		if failed || !p.Explicit || !p.DeviceID.HasPortGroup || p.Session.State() != StateRunning ||
+			(st != ALUAStandby && st != ALUAUnavailable) {
+			continue
+		}
+		param := []byte{0, 0, 0, 0, ALUAActiveOptimized, 0, 0, 0}
+		binary.BigEndian.PutUint16(param[6:], p.DeviceID.PortGroup)
+		cdb := []byte{0xA4, 0x0A, 0, 0, 0, 0, 0, 0, 0, byte(len(param)), 0, 0}
+		_, err := p.Session.Run(ctx, &Command{LUN: m.lun, CDB: cdb, DataOut: [][]byte{param}})
+		if err != nil {
+			m.log.Warn("srp multipath: SET TARGET PORT GROUPS failed", "path", p.Name, "group", p.DeviceID.PortGroup, "err", err)
+			continue
+		}
+		m.log.Info("srp multipath: activated a standby path", "path", p.Name, "group", p.DeviceID.PortGroup)
+		m.refresh(ctx, p)
+		m.mu.Lock()
+		usable := p.rank() >= 0
+		m.mu.Unlock()
+		if usable {
+			return true
+		}
+	}
+	return false
 }
 
 // allLost reports whether every path's session is lost or closed for good.

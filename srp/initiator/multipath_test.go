@@ -278,3 +278,22 @@ func TestMultipathNotSameLU(t *testing.T) {
 		t.Fatalf("NewMultipath over two LUs: %v, want ErrNotSameLU", err)
 	}
 }
+
+// TestMultipathActivatesStandby: gw1 active/optimized, gw2 standby; gw1 dies
+// under writes, and the multipath activates gw2 with SET TARGET PORT GROUPS
+// (explicit ALUA), which then serves the rest of the run.
+func TestMultipathActivatesStandby(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	gws := newGateways(t, scsi.ALUAActiveOptimized, scsi.ALUAStandby)
+	m := dialAll(t, ctx, gws)
+	if bad := writeVerify(t, ctx, m, 1000, 4, gws[0].kill); bad != 0 {
+		t.Fatalf("%d mismatches", bad)
+	}
+	if p := m.Current(); p.Name != "gw2" {
+		t.Fatalf("path after gw1 died: %s, want gw2", p.Name)
+	}
+	if pg := gws[1].core.PortGroups(); pg[1].ID != 2 || pg[1].State != scsi.ALUAActiveOptimized {
+		t.Fatalf("gw2's groups after the failover: %+v, want group 2 active/optimized", pg)
+	}
+}
