@@ -15,7 +15,10 @@
 #     /dev/fuse only);
 #   - srpctl bench --verify over both (multipath) while A is killed with
 #     SIGKILL: the run finishes through B with 0 mismatches;
-#   - A restarts and serves the image again; the data verifies through it.
+#   - A restarts and serves the image again; the data verifies through it;
+#   - B set to standby through the admin API, A killed again under a verify
+#     run: the initiator activates B with SET TARGET PORT GROUPS, 0
+#     mismatches.
 # Every step is bounded with timeout(1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -235,4 +238,18 @@ timeout 120 "$S" bench "$T_a,initiator_ext=4" --verify-only --rw randwrite --bs 
   --verify-seed 4242 >"$W/reverify.out" 2>&1 || fail "re-verify through A: $(cat "$W/reverify.out")"
 grep -q 'mismatches=0 io_errors=0' "$W/reverify.out" || fail "re-verify: $(cat "$W/reverify.out")"
 cat "$W/reverify.out"
+step "B set to standby at run time; A killed again: the initiator activates B (SET TARGET PORT GROUPS)"
+timeout 30 "$S" target --socket "$W/b/srptd.sock" alua set 2 standby || fail "alua set 2 standby"
+timeout 240 "$S" bench "$T_a,initiator_ext=10" "$T_b,initiator_ext=10" --verify --rw randwrite --bs 64k --qd 16 --size 256MiB --loops 2 \
+  --verify-seed 4343 -v >"$W/bench2.out" 2>"$W/bench2.err" &
+BENCH=$!
+sleep 2
+kill -0 "$BENCH" 2>/dev/null || fail "the second verify run ended before A was killed: $(cat "$W/bench2.out" "$W/bench2.err")"
+kill -9 "$PID_a"
+wait "$PID_a" 2>/dev/null || true
+wait "$BENCH" || fail "verify run through the activation of B: $(cat "$W/bench2.out"; tail -20 "$W/bench2.err")"
+cat "$W/bench2.out"
+grep -q 'mismatches=0 io_errors=0' "$W/bench2.out" || fail "mismatches or I/O errors"
+grep -q 'activated a standby path' "$W/bench2.err" || fail "B was not activated: $(grep multipath "$W/bench2.err" | tail -5)"
+timeout 30 "$S" target --socket "$W/b/srptd.sock" alua | grep -Eq '^2 +active/optimized' || fail "B's group is not active/optimized after the activation"
 echo "-- ceph gateways: all passed"
