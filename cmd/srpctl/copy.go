@@ -362,10 +362,11 @@ func newReadCmd() *cobra.Command {
 					bar.Add(n)
 					return nil
 				})
-				bar.Finish()
 				if err != nil {
+					bar.Exit() // where the reads stopped, not drawn to 100 %
 					return err
 				}
+				bar.Finish()
 				if f, ok := out.(*os.File); ok {
 					return f.Sync()
 				}
