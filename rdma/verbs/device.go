@@ -338,4 +338,7 @@ func (d *Device) Close() error {
 	return nil
 }
 
-var _ rdma.Device = (*Device)(nil)
+var (
+	_ rdma.Device     = (*Device)(nil)
+	_ rdma.Doorbeller = (*conn)(nil)
+)

@@ -54,6 +54,13 @@ type conn struct {
 	wcs          [64]C.gs_wc
 	sges         []C.struct_ibv_sge
 	wrs          []C.gs_wr
+	// Work posted deferred (rdma.Doorbeller), in posting order, until the
+	// doorbell: as passed to ibv_post_send, and the caller's IDs and
+	// opcodes; its sequence numbers follow sendSeq.
+	pwrs  []C.gs_wr
+	psges []C.struct_ibv_sge
+	pIDs  []uint64
+	pOps  []rdma.Opcode
 }
 
 func (d *Device) newConn(id *C.struct_rdma_cm_id, cfg rdma.QPConfig) (*conn, error) {
@@ -238,7 +245,142 @@ func inChunks[T any](wrs []T, post func([]T) error) error {
 	return nil
 }
 
-func (c *conn) PostSend(wrs ...rdma.SendWR) error { return inChunks(wrs, c.postSend) }
+func (c *conn) PostSend(wrs ...rdma.SendWR) error {
+	c.mu.Lock()
+	err := c.ringLocked()
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return inChunks(wrs, c.postSend)
+}
+
+// PostSendDeferred implements rdma.Doorbeller: the work requests are
+// checked and converted now, and handed to ibv_post_send (one system call
+// on providers whose doorbell is one, such as rxe) by Doorbell, 64 at a
+// time.
+func (c *conn) PostSendDeferred(wrs ...rdma.SendWR) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return rdma.ErrClosed
+	}
+	room := len(c.sendIDs) - int(c.sendSeq-c.sendDone) - len(c.pIDs)
+	reads := c.reads
+	for _, w := range c.pOps {
+		if w == rdma.OpRDMARead {
+			reads++
+		}
+	}
+	for i, w := range wrs {
+		if i >= room {
+			return rdma.ErrQueueFull
+		}
+		if w.Op == rdma.OpRDMARead {
+			if reads >= c.caps.ORD {
+				return rdma.ErrQueueFull
+			}
+			reads++
+		}
+	}
+	for _, w := range wrs {
+		g, err := c.convert(w, c.sendSeq+uint64(len(c.pIDs)), &c.psges)
+		if err != nil {
+			return err
+		}
+		c.pwrs = append(c.pwrs, g)
+		c.pIDs = append(c.pIDs, w.ID)
+		c.pOps = append(c.pOps, w.Op)
+		if len(c.pwrs) == maxChunk {
+			if err := c.ringLocked(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Doorbell implements rdma.Doorbeller. A failing ibv_post_send takes the
+// connection down: the work it did not post never completes, and the
+// consumer sees the connection go.
+func (c *conn) Doorbell() {
+	c.mu.Lock()
+	err := c.ringLocked()
+	c.mu.Unlock()
+	if err != nil {
+		c.fail(err)
+	}
+}
+
+// ringLocked posts the deferred work requests. c.mu is held.
+func (c *conn) ringLocked() error {
+	if len(c.pwrs) == 0 {
+		return nil
+	}
+	if c.closing || c.destroyed {
+		// The queue pair is going: what was never posted never completes.
+		c.pwrs, c.psges, c.pIDs, c.pOps = c.pwrs[:0], c.psges[:0], c.pIDs[:0], c.pOps[:0]
+		return rdma.ErrClosed
+	}
+	var sgp *C.struct_ibv_sge
+	if len(c.psges) > 0 {
+		sgp = &c.psges[0]
+	}
+	var posted C.int
+	rc := C.gs_post_send(c.qp, &c.pwrs[0], C.int(len(c.pwrs)), sgp, &posted)
+	for i := 0; i < int(posted); i++ {
+		slot := (c.sendSeq + uint64(i)) % uint64(len(c.sendIDs))
+		c.sendIDs[slot], c.sendOps[slot] = c.pIDs[i], c.pOps[i]
+		if c.pOps[i] == rdma.OpRDMARead {
+			c.reads++
+		}
+	}
+	c.sendSeq += uint64(posted)
+	c.pwrs, c.psges, c.pIDs, c.pOps = c.pwrs[:0], c.psges[:0], c.pIDs[:0], c.pOps[:0]
+	return postErr(rc, "ibv_post_send")
+}
+
+// convert checks w and converts it for gs_post_send with sequence number
+// seq, appending its SGEs to *sges.
+func (c *conn) convert(w rdma.SendWR, seq uint64, sges *[]C.struct_ibv_sge) (C.gs_wr, error) {
+	var g C.gs_wr
+	if len(w.Local) > c.caps.MaxSGE {
+		return g, fmt.Errorf("%w: %d SGEs, QP allows %d", rdma.ErrInvalidWR, len(w.Local), c.caps.MaxSGE)
+	}
+	g = C.gs_wr{id: C.uint64_t(seq), nsge: C.uint32_t(len(w.Local)), sge_off: C.uint32_t(len(*sges))}
+	switch w.Op {
+	case rdma.OpSend:
+		g.op = 0
+	case rdma.OpSendInvalidate:
+		g.op, g.inv = 1, C.uint32_t(w.InvalidateRKey)
+	case rdma.OpRDMAWrite:
+		g.op = 2
+	case rdma.OpRDMARead:
+		g.op = 3
+	default:
+		return g, fmt.Errorf("%w: opcode %v", rdma.ErrInvalidWR, w.Op)
+	}
+	if g.op >= 2 {
+		g.raddr, g.rkey = C.uint64_t(w.Remote.Addr), C.uint32_t(w.Remote.RKey)
+	}
+	if w.Signaled {
+		g.flags |= C.IBV_SEND_SIGNALED
+	}
+	if w.Solicited {
+		g.flags |= C.IBV_SEND_SOLICITED
+	}
+	for _, s := range w.Local {
+		if m, ok := s.MR.(*mr); ok && w.Op == rdma.OpRDMARead && m.access&(rdma.AccessLocalWrite|rdma.AccessRemoteWrite) == 0 {
+			return g, fmt.Errorf("%w: RDMA READ into a region without local write access", rdma.ErrInvalidWR)
+		}
+		cs, err := c.sge(s)
+		if err != nil {
+			return g, err
+		}
+		*sges = append(*sges, cs)
+	}
+	return g, nil
+}
 
 func (c *conn) postSend(wrs []rdma.SendWR) error {
 	c.mu.Lock()
@@ -270,40 +412,9 @@ func (c *conn) postSend(wrs []rdma.SendWR) error {
 	c.wrs = c.wrs[:0]
 	c.sges = c.sges[:0]
 	for i, w := range wrs {
-		if len(w.Local) > c.caps.MaxSGE {
-			return fmt.Errorf("%w: %d SGEs, QP allows %d", rdma.ErrInvalidWR, len(w.Local), c.caps.MaxSGE)
-		}
-		g := C.gs_wr{id: C.uint64_t(c.sendSeq + uint64(i)), nsge: C.uint32_t(len(w.Local)), sge_off: C.uint32_t(len(c.sges))}
-		switch w.Op {
-		case rdma.OpSend:
-			g.op = 0
-		case rdma.OpSendInvalidate:
-			g.op, g.inv = 1, C.uint32_t(w.InvalidateRKey)
-		case rdma.OpRDMAWrite:
-			g.op = 2
-		case rdma.OpRDMARead:
-			g.op = 3
-		default:
-			return fmt.Errorf("%w: opcode %v", rdma.ErrInvalidWR, w.Op)
-		}
-		if g.op >= 2 {
-			g.raddr, g.rkey = C.uint64_t(w.Remote.Addr), C.uint32_t(w.Remote.RKey)
-		}
-		if w.Signaled {
-			g.flags |= C.IBV_SEND_SIGNALED
-		}
-		if w.Solicited {
-			g.flags |= C.IBV_SEND_SOLICITED
-		}
-		for _, s := range w.Local {
-			if m, ok := s.MR.(*mr); ok && w.Op == rdma.OpRDMARead && m.access&(rdma.AccessLocalWrite|rdma.AccessRemoteWrite) == 0 {
-				return fmt.Errorf("%w: RDMA READ into a region without local write access", rdma.ErrInvalidWR)
-			}
-			cs, err := c.sge(s)
-			if err != nil {
-				return err
-			}
-			c.sges = append(c.sges, cs)
+		g, err := c.convert(w, c.sendSeq+uint64(i), &c.sges)
+		if err != nil {
+			return err
 		}
 		c.wrs = append(c.wrs, g)
 	}
