@@ -115,6 +115,7 @@ type channel struct {
 	s      *Session
 	idx    int
 	conn   rdma.Conn
+	recvWR [1]rdma.RecvWR // reposting a receive (the poll goroutine's)
 	info   LoginInfo
 	log    *slog.Logger
 	useImm bool
@@ -352,7 +353,9 @@ func (ch *channel) complete(c *rdma.Completion) {
 		if ch.down() {
 			return
 		}
-		if err := ch.conn.PostRecv(rdma.RecvWR{ID: c.ID, Local: sge}); err != nil {
+		// The poller's own work request: a literal would escape to the heap.
+		ch.recvWR[0] = rdma.RecvWR{ID: c.ID, Local: sge}
+		if err := ch.conn.PostRecv(ch.recvWR[:]...); err != nil {
 			ch.fail(err)
 		}
 	}
@@ -557,10 +560,10 @@ func (r *request) put() {
 func (r *request) post(n int) error {
 	r.sge[0].Length = n
 	r.wr[0] = rdma.SendWR{ID: wrSend | uint64(r.idx), Op: rdma.OpSend, Local: r.sge[:], Signaled: true}
-	if b, ok := r.ch.conn.(rdma.Doorbeller); ok {
-		// Transmitted by this goroutine when the connection's writer is
-		// idle (one hand-off less per command), else by the writer
-		// together with what other commands posted.
+	if b, ok := r.ch.conn.(rdma.Doorbeller); ok && cap(r.ch.free)-len(r.ch.free) <= 1 {
+		// The channel's only command: transmitted by this goroutine when
+		// the connection's writer is idle (one hand-off less). With more
+		// in flight the writer gathers them into one write.
 		if err := b.PostSendDeferred(r.wr[:]...); err != nil {
 			return err
 		}
