@@ -181,6 +181,13 @@ func (s *session) Check(cmd *Command) (Result, bool) {
 	if f := lu.checkReservation(&c); f.failed() {
 		return refuse(f)
 	}
+	if out, _ := lu.transferLengths(cdb); out > 0 || isReadWrite(op) {
+		// The transfer length against MAXIMUM TRANSFER LENGTH and the
+		// capacity, as LIO's sbc_parse_cdb does before write pending.
+		if _, _, _, f := c.xferRange(); f.failed() {
+			return refuse(f)
+		}
+	}
 	out, in := lu.transferLengths(cdb)
 	if out >= 0 && out != cmd.DataOutLen {
 		r, _ := refuse(fail(ReasonInvalidCommandIU))

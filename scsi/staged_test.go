@@ -58,6 +58,11 @@ func TestCheckBeforeData(t *testing.T) {
 		{"CDB shorter than READ(10)", Command{LUN: EncodeLUN(0), CDB: cdb10(opRead10, 0, 0, 1)[:9:9]}, sense.KeyIllegalRequest, 0x24, 0x00, -1},
 		{"unmapped LUN 2", Command{LUN: EncodeLUN(2), CDB: write8, DataOutLen: 4096}, sense.KeyIllegalRequest, 0x25, 0x00, -1},
 		{"data-out 512 of 4096", Command{LUN: EncodeLUN(0), CDB: write8, DataOutLen: 512}, sense.KeyIllegalRequest, 0x0e, 0x03, 4096},
+		// 1 MiB of 512-byte blocks: the last block is 2047.
+		{"WRITE past the capacity", Command{LUN: EncodeLUN(0), CDB: cdb10(opWrite10, 0, 2047, 2), DataOutLen: 1024}, sense.KeyIllegalRequest, 0x21, 0x00, -1},
+		{"READ past the capacity", Command{LUN: EncodeLUN(0), CDB: cdb10(opRead10, 0, 2048, 1)}, sense.KeyIllegalRequest, 0x21, 0x00, -1},
+		// MaxTransferBytes defaults to 8 MiB: 16385 blocks is one more.
+		{"READ over the maximum transfer length", Command{LUN: EncodeLUN(0), CDB: cdb16(opRead16, 0, 0, 16385)}, sense.KeyIllegalRequest, 0x24, 0x00, -1},
 	} {
 		c.cmd.Tag = 10
 		r, ok := s.Check(&c.cmd)

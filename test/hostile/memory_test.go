@@ -16,8 +16,8 @@ func heapInuse() uint64 {
 }
 
 // TestDataBufferAmplification: a peer sends WRITEs whose CDB and data-out
-// descriptors ask for 8 MiB each (the logical unit's maximum transfer
-// length), and never answers the RDMA READs. The target allocates each
+// descriptors ask for 1 MiB each (the whole logical unit, so the core
+// accepts them before any data moves), and never answers the RDMA READs. The target allocates each
 // command's data-out buffer before fetching it, so the port's
 // max_data_memory budget (here four such buffers) must bound what the
 // peer pins: the commands beyond it are answered at
@@ -27,11 +27,12 @@ func heapInuse() uint64 {
 // they started.
 func TestDataBufferAmplification(t *testing.T) {
 	const (
-		claim  = 8 << 20 // bytes each command asks for: the LU's maximum transfer
+		claim  = lunBytes // bytes each command asks for: the whole LU
 		budget = 4 * claim
 		slack  = 32 << 20 // heap noise allowed above the budget
 	)
 	cfg := targetCfgSmall(0)
+	cfg.MaxDataLen = claim // the budget must hold at least one buffer of max_data_len
 	cfg.MaxDataMemory = budget
 	tg := startTarget(t, tgtOpts{port: cfg})
 	before := heapInuse()
