@@ -119,10 +119,12 @@ func checkCreatable(path, what string, parents bool) error {
 	}
 }
 
-// lunFile is a backstore path an earlier LUN of the configuration uses.
+// lunFile is a backstore path an earlier LUN of the configuration uses:
+// fi of an existing file, or the cleaned path of one the start creates.
 type lunFile struct {
 	field string
 	fi    os.FileInfo
+	path  string
 }
 
 // checkLUN opens what attachLUN opens for sec, read-only where attachLUN
@@ -134,17 +136,26 @@ func (d *daemon) checkLUN(field string, sec LUNSection, opened *[]lunFile) error
 	path := d.resolve(sec.Path)
 	fi, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		// The start creates it for the first LUN naming it and finds it
+		// already in use for the next.
+		for _, o := range *opened {
+			if o.fi == nil && o.path == filepath.Clean(path) {
+				return ferr(field+".path", "%s is already the backstore of %s", path, o.field)
+			}
+		}
 		switch {
 		case sec.Backstore == "block":
 			return ferr(field+".path", "%s: no such block device", path)
 		case sec.Size == 0 || sec.ReadOnly:
 			return ferr(field+".path", "%s does not exist (srptd creates a missing image only with a size, and not read-only)", path)
 		case d.dataDir != "" && filepath.Dir(path) == d.dataDir:
-			return nil // in the data directory, which start creates
+			// in the data directory, which start creates
+		default:
+			if err := checkCreatable(path, "image", false); err != nil {
+				return ferr(field+".path", "%v", err)
+			}
 		}
-		if err := checkCreatable(path, "image", false); err != nil {
-			return ferr(field+".path", "%v", err)
-		}
+		*opened = append(*opened, lunFile{field: field, path: filepath.Clean(path)})
 		return nil
 	}
 	if err != nil {
@@ -158,11 +169,11 @@ func (d *daemon) checkLUN(field string, sec LUNSection, opened *[]lunFile) error
 		return ferr(field+".path", "%s is neither a regular file nor a block device", path)
 	}
 	for _, o := range *opened {
-		if os.SameFile(fi, o.fi) {
+		if o.fi != nil && os.SameFile(fi, o.fi) {
 			return ferr(field+".path", "%s is already the backstore of %s", path, o.field)
 		}
 	}
-	*opened = append(*opened, lunFile{field, fi})
+	*opened = append(*opened, lunFile{field: field, fi: fi})
 	if name, ok := d.ownFile(fi); ok {
 		return ferr(field+".path", "%s is srptd's own %s, not a backstore", path, name)
 	}
