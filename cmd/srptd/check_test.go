@@ -35,7 +35,7 @@ func TestCheckOpensWhatStartOpens(t *testing.T) {
 		{"missing without size", port + lun(0, "file", img+".new", ""), "srptd.toml:6: lun[0].path: " + img + ".new does not exist"},
 		{"missing directory", port + lun(0, "file", filepath.Join(dir, "no", "x.img"), "size = \"1MiB\"\n"), "srptd.toml:6: lun[0].path: image " + filepath.Join(dir, "no", "x.img") + ": stat " + filepath.Join(dir, "no")},
 		{"one file twice", port + lun(0, "file", img, "") + lun(1, "file", img, ""), "srptd.toml:10: lun[1].path: " + img + " is already the backstore of lun[0]"},
-		{"one new file twice", port + lun(0, "file", img+".new", "size = \"1MiB\"\n") + lun(1, "file", dir+"/./disk.img.new", "size = \"1MiB\"\n"), "srptd.toml:11: lun[1].path: " + dir+"/./disk.img.new" + " is already the backstore of lun[0]"},
+		{"one new file twice", port + lun(0, "file", img+".new", "size = \"1MiB\"\n") + lun(1, "file", dir+"/./disk.img.new", "size = \"1MiB\"\n"), "srptd.toml:11: lun[1].path: " + dir + "/./disk.img.new" + " is already the backstore of lun[0]"},
 		{"address twice", "[[port]]\nlisten = [\"127.0.0.1:5599\"]\n[[port]]\nlisten = [\"127.0.0.1:5599\"]\n", "srptd.toml:4: port[1].listen: 127.0.0.1:5599 is listed twice (also in port[0].listen)"},
 		{"address in use", "[[port]]\nlisten = [\"" + busy.Addr().String() + "\"]\n", "srptd.toml:2: port[0].listen: " + busy.Addr().String() + ": "},
 		{"metrics in use", port + "[metrics]\nlisten = \"" + busy.Addr().String() + "\"\n", "srptd.toml:4: metrics.listen: listen tcp " + busy.Addr().String() + ": bind: address already in use"},
