@@ -3,6 +3,7 @@ package target
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 
@@ -48,14 +49,51 @@ type command struct {
 	readErr     bool
 }
 
+// cmdState is where an SRP_CMD is in the target (the states of ib_srpt's
+// srpt_command_state, in the order LIO's fabric callbacks visit them).
 type cmdState uint8
 
 const (
-	cmdNew      cmdState = iota
-	cmdNeedData          // waiting for RDMA READs (data-out or descriptor table)
-	cmdExec              // in the SCSI core
-	cmdRspSent           // SRP_RSP posted
+	cmdNew      cmdState = iota // decoded, checked by the core (Session.Check)
+	cmdNeedData                 // waiting for RDMA READs (data-out or descriptor table): write pending
+	cmdExec                     // in the SCSI core (Session.Submit)
+	cmdRspSent                  // SRP_RSP posted (after any RDMA WRITEs of data-in)
 )
+
+func (s cmdState) String() string {
+	switch s {
+	case cmdNew:
+		return "NEW"
+	case cmdNeedData:
+		return "NEED_DATA"
+	case cmdExec:
+		return "EXEC"
+	case cmdRspSent:
+		return "RSP_SENT"
+	}
+	return fmt.Sprintf("cmdState(%d)", uint8(s))
+}
+
+// cmdNext lists the states a command may move to from each state: a
+// refused or failed command is answered from NEW or NEED_DATA, an external
+// descriptor table is fetched before the data-out (NEED_DATA twice), and
+// the core's result leads to the response.
+var cmdNext = [...][]cmdState{
+	cmdNew:      {cmdNeedData, cmdExec, cmdRspSent},
+	cmdNeedData: {cmdNeedData, cmdExec, cmdRspSent},
+	cmdExec:     {cmdRspSent},
+	cmdRspSent:  {},
+}
+
+// advance moves cmd to state next. A move cmdNext does not list is a bug
+// in the channel: it is logged and counted, and the move is made.
+func (c *channel) advance(cmd *command, next cmdState) {
+	if !slices.Contains(cmdNext[cmd.state], next) {
+		c.stats.errors.Add(1)
+		c.log.Error("command state machine: unexpected transition", "tag", cmd.tag, "from", cmd.state, "to", next)
+	}
+	cmd.state = next
+}
 
 type readOp struct {
 	cmd *command
@@ -302,7 +340,7 @@ func (c *channel) fetchTable(cmd *command, d *srp.DataBuf, out bool) {
 	}
 	cmd.tableMR, cmd.tableOut = mr, out
 	cmd.tableFor = n / srp.DirectBufSize
-	cmd.state = cmdNeedData
+	c.advance(cmd, cmdNeedData)
 	cmd.out, cmd.in = cmd.out[:0], cmd.in[:0]
 	if out {
 		cmd.out = append(cmd.out, d.Table)
@@ -349,7 +387,7 @@ func (c *channel) fetchDataOut(cmd *command) {
 		c.execute(cmd)
 		return
 	}
-	cmd.state = cmdNeedData
+	c.advance(cmd, cmdNeedData)
 	c.queueReads(cmd, cmd.outMR, cmd.out, cmd.fetch)
 }
 
@@ -426,7 +464,7 @@ func (c *channel) execute(cmd *command) {
 		c.freeCommand(cmd)
 		return
 	}
-	cmd.state = cmdExec
+	c.advance(cmd, cmdExec)
 	c.stats.writeBytes.Add(uint64(len(cmd.dataOut)))
 	cmd.sc.DataOut, cmd.sc.DataIn = cmd.dataOut, cmd.dataIn
 	res, inline := c.nx.sess.Submit(c.ctx, &cmd.sc, cmd)
@@ -530,7 +568,7 @@ func (c *channel) respond(cmd *command, status byte, senseData []byte, outRes, i
 // srpt_build_cmd_rsp: req_lim_delta = 1 + accumulated credit, sense
 // truncated to max_ti_iu_len) and queues it behind the data-in writes.
 func (c *channel) respondWith(cmd *command, status byte, senseData []byte, flags srp.RspFlags, outRes, inRes uint32, writes []rdma.SendWR) {
-	cmd.state = cmdRspSent
+	c.advance(cmd, cmdRspSent)
 	// The initiator may reuse the tag as soon as it sees this response,
 	// possibly before the SEND's completion reaches us: the tag is free now.
 	if c.cmds[cmd.tag] == cmd {

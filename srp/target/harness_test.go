@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,10 +213,41 @@ type env struct {
 }
 
 func testLogger(t testing.TB) *slog.Logger {
+	var h slog.Handler = slog.DiscardHandler
 	if testing.Verbose() && os.Getenv("SRPT_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		h = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})
 	}
-	return slog.New(slog.DiscardHandler)
+	return slog.New(bugCatcher{Handler: h, t: t})
+}
+
+// bugCatcher fails the test on a log record that reports a bug in the
+// target rather than in its peer: a command moving between states the
+// command state machine (cmdNext) does not allow.
+type bugCatcher struct {
+	slog.Handler
+	t testing.TB
+}
+
+func (b bugCatcher) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelError || b.Handler.Enabled(ctx, l)
+}
+
+func (b bugCatcher) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "command state machine:") {
+		b.t.Errorf("target bug logged: %s", r.Message)
+	}
+	if b.Handler.Enabled(ctx, r.Level) {
+		return b.Handler.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (b bugCatcher) WithAttrs(as []slog.Attr) slog.Handler {
+	return bugCatcher{Handler: b.Handler.WithAttrs(as), t: b.t}
+}
+
+func (b bugCatcher) WithGroup(g string) slog.Handler {
+	return bugCatcher{Handler: b.Handler.WithGroup(g), t: b.t}
 }
 
 func newEnv(t *testing.T, mod func(*Config)) *env {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -321,3 +322,46 @@ func TestCoalesce(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandStateMachine: advance accepts the moves cmdNext lists and
+// reports any other (the channel's bug catcher would fail the other tests
+// of this package on one).
+func TestCommandStateMachine(t *testing.T) {
+	var bad int
+	for from := cmdNew; from <= cmdRspSent; from++ {
+		for to := cmdNew; to <= cmdRspSent; to++ {
+			if !slices.Contains(cmdNext[from], to) {
+				bad++
+			}
+		}
+	}
+	// Of the 16 moves, 7 are allowed: NEW and NEED_DATA to NEED_DATA, EXEC
+	// or RSP_SENT, and EXEC to RSP_SENT.
+	if bad != 16-7 {
+		t.Fatalf("%d moves refused, want 9", bad)
+	}
+	var logged []string
+	c := &channel{log: slog.New(recordHandler{&logged})}
+	cmd := &command{state: cmdExec}
+	c.advance(cmd, cmdNeedData)
+	if cmd.state != cmdNeedData || len(logged) != 1 || c.stats.errors.Load() != 1 {
+		t.Fatalf("EXEC -> NEED_DATA: state %v, logged %q, errors %d", cmd.state, logged, c.stats.errors.Load())
+	}
+	logged = nil
+	c.advance(cmd, cmdExec)
+	c.advance(cmd, cmdRspSent)
+	if len(logged) != 0 {
+		t.Fatalf("NEED_DATA -> EXEC -> RSP_SENT logged %q", logged)
+	}
+}
+
+// recordHandler keeps the messages of the records it handles.
+type recordHandler struct{ msgs *[]string }
+
+func (h recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	*h.msgs = append(*h.msgs, r.Message)
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }
