@@ -346,6 +346,13 @@ func newReadCmd() *cobra.Command {
 					}
 					defer f.Close()
 					out = f
+					// A pipe or character device (/dev/null, a tty)
+					// takes the blocks in order and has nothing to sync.
+					if fi, err := f.Stat(); err != nil {
+						return err
+					} else if m := fi.Mode(); !m.IsRegular() && (m&os.ModeDevice == 0 || m&os.ModeCharDevice != 0) {
+						out, qd = &seqWriter{w: f}, 1
+					}
 				}
 				bar := cf.bar(total, "read")
 				pool := sync.Pool{New: func() any { b := make([]byte, bs); return &b }}
