@@ -8,7 +8,6 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/scsi"
@@ -114,7 +113,7 @@ type channel struct {
 	stats      chanStats
 	inRunWait  bool
 	prePosted  bool                        // the receive ring was posted by AcceptRecv
-	loginTimer *time.Timer                 // bounds the wait for an IU-form login
+	loginTimer Timer                       // bounds the wait for an IU-form login
 	pool       map[int][]rdma.MemoryRegion // free data buffers by size class
 	poolBytes  int                         // bytes in pool
 	inUse      map[rdma.MemoryRegion]struct{}
@@ -325,7 +324,7 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 	if established {
 		c.transition(evEstablished)
 	} else {
-		c.loginTimer = time.AfterFunc(c.cfg.LoginTimeout, func() {
+		c.loginTimer = c.cfg.Clock.AfterFunc(c.cfg.LoginTimeout, func() {
 			select {
 			case c.events <- event{noLogin: true}:
 			case <-c.done:

@@ -125,7 +125,27 @@ type Config struct {
 	LogoutTimeout time.Duration
 	// Logger receives the port's log; nil discards.
 	Logger *slog.Logger
+	// Clock runs the port's timers (LoginTimeout, LogoutTimeout); nil is
+	// the system clock. Tests inject a manual one.
+	Clock Clock
 }
+
+// Clock is the target's time source for its timers.
+type Clock interface {
+	// AfterFunc calls f in its own goroutine after d (time.AfterFunc).
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a timer of a Clock.
+type Timer interface {
+	// Stop prevents the timer from firing; it reports whether it was
+	// running (time.Timer.Stop).
+	Stop() bool
+}
+
+type systemClock struct{}
+
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 
 func (c Config) withDefaults() Config {
 	if c.MaxReqSize == 0 {
@@ -160,6 +180,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RelativePort == 0 {
 		c.RelativePort = 1
+	}
+	if c.Clock == nil {
+		c.Clock = systemClock{}
 	}
 	if c.LoginTimeout == 0 {
 		c.LoginTimeout = DefaultLoginTimeout

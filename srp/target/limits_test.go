@@ -3,6 +3,7 @@ package target
 import (
 	"encoding/binary"
 	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -184,14 +185,25 @@ func TestMaxTotalChannelsConcurrent(t *testing.T) {
 }
 
 // TestLoginTimeout: a connection accepted without a login whose
-// SRP_LOGIN_REQ IU never comes is closed after LoginTimeout, releasing its
-// rings.
+// SRP_LOGIN_REQ IU never comes is closed after LoginTimeout (on the port's
+// clock, here a manual one), releasing its rings.
 func TestLoginTimeout(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.LoginTimeout = 50 * time.Millisecond })
+	clk := &manualClock{}
+	e := newEnv(t, func(c *Config) { c.LoginTimeout = 10 * time.Second; c.Clock = clk })
 	i, _, err := e.dialRaw(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, e, func() bool { return clk.pending() == 1 })
+	clk.advance(10*time.Second - time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // time for a wrong close to show
+	e.port.mu.Lock()
+	n := len(e.port.channels)
+	e.port.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d channels 1 ms before login_timeout, want 1", n)
+	}
+	clk.advance(time.Millisecond)
 	if ius := i.waitClosed(); len(ius) != 0 {
 		t.Fatalf("IUs before the close: % x", ius)
 	}
@@ -262,4 +274,66 @@ func TestNexusOutlivesPendingLogin(t *testing.T) {
 		defer e.core.mu.Unlock()
 		return e.core.closed == 1
 	})
+}
+
+// manualClock is a Clock whose time moves only by advance; a timer's
+// function runs (in its own goroutine, as time.AfterFunc) once the time
+// reaches it.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Duration
+	timers []*manualTimer
+}
+
+type manualTimer struct {
+	c    *manualClock
+	at   time.Duration
+	f    func()
+	done bool
+}
+
+func (c *manualClock) AfterFunc(d time.Duration, f func()) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &manualTimer{c: c, at: c.now + d, f: f}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *manualTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := !t.done
+	t.done = true
+	return was
+}
+
+// pending counts the timers not fired or stopped.
+func (c *manualClock) pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, t := range c.timers {
+		if !t.done {
+			n++
+		}
+	}
+	return n
+}
+
+// advance moves the time by d and fires the timers that are due.
+func (c *manualClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now += d
+	var due []func()
+	for _, t := range c.timers {
+		if !t.done && t.at <= c.now {
+			t.done = true
+			due = append(due, t.f)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range due {
+		go f()
+	}
 }

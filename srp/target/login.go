@@ -2,7 +2,6 @@ package target
 
 import (
 	"encoding/binary"
-	"time"
 
 	"github.com/gosrp/gosrp/srp"
 )
@@ -74,7 +73,7 @@ func (c *channel) onLoginIU(slot int) {
 }
 
 func (c *channel) armLogoutTimer() {
-	time.AfterFunc(c.cfg.LogoutTimeout, func() {
+	c.cfg.Clock.AfterFunc(c.cfg.LogoutTimeout, func() {
 		select {
 		case c.events <- event{tick: true}:
 		case <-c.done:
