@@ -517,25 +517,24 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 // overflow, wanted < buffer an underflow); a negative wanted length
 // reports nothing. n is the data-in bytes returned.
 func (cmd *command) residuals(outWanted, inWanted, n int) (flags srp.RspFlags, outRes, inRes uint32) {
+	fo, outRes := residual(outWanted, cmd.outLen, outWanted, srp.DataOutOver, srp.DataOutUnder)
+	fi, inRes := residual(inWanted, cmd.inLen, n, srp.DataInOver, srp.DataInUnder)
+	return fo | fi, outRes, inRes
+}
+
+// residual is one direction's residual: an overflow when the CDB wants
+// more than the descriptors hold, else an underflow when fewer than the
+// descriptors' bytes moved (moved ≤ wanted).
+func residual(wanted, desc, moved int, over, under srp.RspFlags) (srp.RspFlags, uint32) {
 	switch {
-	case outWanted < 0:
-	case outWanted > cmd.outLen:
-		flags |= srp.DataOutOver
-		outRes = uint32(outWanted - cmd.outLen)
-	case outWanted < cmd.outLen:
-		flags |= srp.DataOutUnder
-		outRes = uint32(cmd.outLen - outWanted)
+	case wanted < 0:
+		return 0, 0
+	case wanted > desc:
+		return over, uint32(wanted - desc)
+	case moved < desc:
+		return under, uint32(desc - moved)
 	}
-	switch {
-	case inWanted < 0:
-	case inWanted > cmd.inLen:
-		flags |= srp.DataInOver
-		inRes = uint32(inWanted - cmd.inLen)
-	case n < cmd.inLen:
-		flags |= srp.DataInUnder
-		inRes = uint32(cmd.inLen - n)
-	}
-	return flags, outRes, inRes
+	return 0, 0
 }
 
 // busy answers a command the target lacks a data buffer for, in an
