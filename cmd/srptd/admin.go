@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -216,12 +217,16 @@ func writeErr(w http.ResponseWriter, err error) {
 	writeJSON(w, code, adminapi.Error{Error: err.Error()})
 }
 
-// decodeBody reads a JSON body; unknown fields are errors.
+// decodeBody reads a body of one JSON value; unknown fields and anything
+// after the value are errors.
 func decodeBody(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("request body: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("request body: more than one JSON value")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -625,5 +626,28 @@ func TestSaveKeepsHandWritten(t *testing.T) {
 	}
 	if fi, err := os.Stat(saved.Path); err != nil || fi.Mode().Perm() != 0o644 {
 		t.Fatalf("saved file mode after a second save: %v %v", fi.Mode(), err)
+	}
+}
+
+// TestDecodeBodyOneValue: an admin request body is one JSON value; a
+// second one after it (two LUNs pasted into one POST /luns) is refused
+// instead of silently dropped.
+func TestDecodeBodyOneValue(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"lun": 3}`, ""},
+		{"{\"lun\": 3}\n", ""},
+		{`{"lun": 3}{"lun": 4}`, "request body: more than one JSON value"},
+		{`{"lun": 3} x`, "request body: more than one JSON value"},
+		{`{"lun": 3`, "request body: unexpected EOF"},
+	} {
+		var v adminapi.NewLUN
+		err := decodeBody(httptest.NewRequest("POST", "/luns", strings.NewReader(tc.body)), &v)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != tc.want || (err == nil && v.LUN == nil) {
+			t.Errorf("%q: %q, want %q", tc.body, got, tc.want)
+		}
 	}
 }
