@@ -95,18 +95,46 @@ func errno(err error) syscall.Errno {
 	return syscall.EIO
 }
 
+// ioRetries is how many times io re-issues a READ(16) or WRITE(16) the
+// target aborted although nothing was wrong with it: a LUN reset (or ABORT
+// TASK SET, CLEAR TASK SET) from another process or another I_T nexus
+// aborts every command of the logical unit. Linux's SCSI midlayer retries
+// these up to the disk's retry count (scsi_decide_disposition: TASK ABORTED
+// goes to maybe_retry; a timed-out command aborted by its error handler is
+// retried by scsi_eh_flush_done_q; sd's SD_MAX_RETRIES is 5).
+const ioRetries = 5
+
+// aborted reports whether err is a command the target aborted: TASK ABORTED
+// status (TAS, a reset from another I_T nexus), or a command that got no
+// response and was aborted with ABORT TASK (a reset from this I_T nexus,
+// which another srpctl shares, ends it silently). A cancelled ctx (the
+// kernel interrupted the request) is not retried.
+func aborted(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var st *initiator.StatusError
+	return errors.Is(err, initiator.ErrAborted) || errors.As(err, &st) && st.Status == sense.StatusTaskAborted
+}
+
 // io moves whole blocks [lba, lba+len(buf)/bs) in max_sect-sized commands.
 func (f *lunFile) io(ctx context.Context, write bool, lba uint64, buf []byte, fua bool) error {
 	bs := int(f.capy.BlockSize)
 	for len(buf) > 0 {
 		n := min(len(buf), f.maxIO)
 		var err error
-		if f.mp != nil {
-			err = mpRW16(ctx, f.mp, write, f.lun, lba, buf[:n], bs, fua)
-		} else if write {
-			err = f.s.Write16(ctx, f.lun, lba, buf[:n], bs, fua)
-		} else {
-			err = f.s.Read16(ctx, f.lun, lba, buf[:n], bs, false)
+		for try := 0; ; try++ {
+			if f.mp != nil {
+				err = mpRW16(ctx, f.mp, write, f.lun, lba, buf[:n], bs, fua)
+			} else if write {
+				err = f.s.Write16(ctx, f.lun, lba, buf[:n], bs, fua)
+			} else {
+				err = f.s.Read16(ctx, f.lun, lba, buf[:n], bs, false)
+			}
+			if err == nil || try == ioRetries || !aborted(ctx, err) {
+				break
+			}
+			fmt.Fprintf(os.Stderr, "srpctl attach: lun %d LBA %d: %v (re-issuing)\n", initiator.LUNNumber(f.lun), lba, err)
 		}
 		if err != nil {
 			return err
