@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
@@ -39,13 +40,19 @@ type benchResult struct {
 	LatMaxUs   float64 `json:"lat_max_us"`
 }
 
-func parseSize(s string) (int64, error) {
-	s = strings.ToLower(strings.TrimSpace(s))
+// maxBenchBuffers bounds the data buffers bench allocates, bytes: two of
+// --bs per I/O in flight.
+const maxBenchBuffers = 1 << 30
+
+// parseSize parses a byte count: a non-negative integer with an optional
+// binary suffix k/kib, m/mib, g/gib, t/tib (any case) or b.
+func parseSize(arg string) (int64, error) {
+	s := strings.ToLower(strings.TrimSpace(arg))
 	mult := int64(1)
 	for _, u := range []struct {
 		suf string
 		m   int64
-	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"b", 1}} {
+	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40}, {"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"b", 1}} {
 		if strings.HasSuffix(s, u.suf) {
 			s, mult = strings.TrimSuffix(s, u.suf), u.m
 			break
@@ -53,7 +60,10 @@ func parseSize(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional k/m/g suffix", s)
+		return 0, fmt.Errorf("size %q: want a number with an optional k/m/g/t suffix", arg)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("size %q: more than %d bytes", arg, int64(math.MaxInt64))
 	}
 	return n * mult, nil
 }
@@ -81,6 +91,9 @@ func newBenchCmd() *cobra.Command {
 			switch {
 			case qd < 1:
 				return fmt.Errorf("--qd %d: at least 1 I/O in flight", qd)
+			case int64(qd) > maxBenchBuffers/(2*max(int64(bs), 1)):
+				// Each I/O in flight holds a data-in and a data-out buffer.
+				return fmt.Errorf("--qd %d x --bs %d: more than the %d MiB of data buffers bench allocates at most; lower --qd or --bs", qd, bs, maxBenchBuffers>>20)
 			case runtime <= 0:
 				return fmt.Errorf("--runtime %v: must be positive", runtime)
 			case rwmix < 0 || rwmix > 100:

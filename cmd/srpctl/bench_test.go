@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,5 +69,40 @@ func TestBenchStopsWhenLUNRemoved(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("bench did not stop after the LUN was removed")
+	}
+}
+
+// TestBenchSizeArguments: sizes take k/m/g/t with or without "iB", an
+// overflowing or negative one is refused naming what was typed, and a
+// queue depth whose buffers would exceed 1 GiB is refused before login
+// (the target string names no listener) instead of allocating them.
+func TestBenchSizeArguments(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		err  string
+	}{
+		{"4k", 4 << 10, ""},
+		{"1TiB", 1 << 40, ""},
+		{"2t", 2 << 40, ""},
+		{"-4k", 0, `size "-4k": want a number with an optional k/m/g/t suffix`},
+		{"99999999999g", 0, `size "99999999999g": more than 9223372036854775807 bytes`},
+	} {
+		got, err := parseSize(tc.in)
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("%s: %d %v, want error %q", tc.in, got, err, tc.err)
+			}
+		} else if err != nil || got != tc.want {
+			t.Errorf("%s: %d %v, want %d", tc.in, got, err, tc.want)
+		}
+	}
+	c := newBenchCmd()
+	c.SetOut(io.Discard)
+	c.SetErr(io.Discard)
+	c.SetArgs([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--qd", "100000", "--bs", "64k"})
+	want := "--qd 100000 x --bs 65536: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"
+	if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != want {
+		t.Errorf("bench --qd 100000 --bs 64k: %v, want %q", err, want)
 	}
 }
