@@ -174,8 +174,11 @@ func decodeBlockLimits(w io.Writer, b []byte, bs uint32) error {
 		if !ok {
 			break
 		}
-		switch f.name {
-		case "maximum unmap block descriptor count":
+		switch {
+		case (f.name == "maximum unmap LBA count" || f.name == "maximum unmap block descriptor count") && v == 0xffffffff:
+			// SBC-3 §6.6.4: FFFF_FFFFh means no limit.
+			fmt.Fprintf(w, "  %s: no limit (FFFFFFFFh)\n", f.name)
+		case f.name == "maximum unmap block descriptor count":
 			fmt.Fprintf(w, "  %s: %d\n", f.name, v)
 		default:
 			fmt.Fprintf(w, "  %s: %s\n", f.name, blocks(v))

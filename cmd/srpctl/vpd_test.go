@@ -18,6 +18,7 @@ func TestDecodeVPD(t *testing.T) {
 	b0[0] = 1                                        // WSNZ
 	b0[1] = 255                                      // MAXIMUM COMPARE AND WRITE LENGTH
 	copy(b0[4:], []byte{0, 0, 0x40, 0})              // MAXIMUM TRANSFER LENGTH 16384
+	copy(b0[16:], []byte{0xff, 0xff, 0xff, 0xff})    // MAXIMUM UNMAP LBA COUNT: no limit
 	copy(b0[20:], []byte{0, 0, 1, 0})                // MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT 256
 	copy(b0[28:], []byte{0x80, 0, 0, 2})             // UGAVALID, alignment 2
 	copy(b0[32:], []byte{0, 0, 0, 0, 0, 0x40, 0, 0}) // MAXIMUM WRITE SAME LENGTH 4 Mi blocks
@@ -47,6 +48,7 @@ func TestDecodeVPD(t *testing.T) {
 		{"block limits", vpdPage(0xb0, b0...), 4096, []string{
 			"write same non-zero (WSNZ): true", "maximum compare and write length: 255 blocks (1020.0 KiB)",
 			"maximum transfer length: 16384 blocks (64.0 MiB)", "maximum prefetch length: 0 (not reported)",
+			"maximum unmap LBA count: no limit (FFFFFFFFh)\n",
 			"maximum unmap block descriptor count: 256\n", "unmap granularity alignment: 2 blocks (8.0 KiB)",
 			"maximum write same length: 4194304 blocks (16.0 GiB)",
 		}},
