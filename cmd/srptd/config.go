@@ -475,9 +475,6 @@ func (c *Config) validate() error {
 		}
 		acls[m.String()] = true
 	}
-	if err := c.checkReceiveMemory(); err != nil {
-		return err
-	}
 	if c.Target.ShutdownTimeout < 0 {
 		return ferr("target.shutdown_timeout", "%v is negative", time.Duration(c.Target.ShutdownTimeout))
 	}
@@ -494,7 +491,9 @@ func (c *Config) validate() error {
 		}
 		return ferr("target."+k, "%s", msg)
 	}
-	return nil
+	// After the ranges: a max_req_size out of its range is named as such,
+	// not as too many receive buffers.
+	return c.checkReceiveMemory()
 }
 
 // maxReceiveMemory bounds the receive buffers of one channel (or of one

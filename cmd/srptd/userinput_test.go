@@ -34,6 +34,7 @@ func TestConfigErrorsValues(t *testing.T) {
 		// the allocation would end the process (64 GiB here).
 		{base + "[target]\nrq_size=65535\nmax_req_size=\"1MiB\"\n", "srptd.toml:4: target.rq_size: 65535 IUs of max_req_size 1048576 bytes need 65535 MiB of receive buffers, more than the 1024 MiB allowed"},
 		{base + "[target]\nuse_srq=true\nmax_req_size=\"1MiB\"\n", "srptd.toml:3: target.srq_size: 4095 IUs of max_req_size 1048576 bytes need 4095 MiB"},
+		{base + "[target]\nrq_size=1\nmax_req_size=\"2GiB\"\n", "srptd.toml:5: target.max_req_size: 2147483648 bytes out of range 96..1048576"},
 		// Names go into log lines, tables and metric labels.
 		{lun("size=\"1MiB\"\nname=\"a\\nb\"\n"), `srptd.toml:7: lun[0].name: "a\nb" has control characters`},
 		{base + "name=\"" + strings.Repeat("p", 65) + "\"\n", "srptd.toml:3: port[0].name: \"ppp"},
