@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -97,6 +98,13 @@ func parseFlags(args []string, stdout, stderr io.Writer) (*options, error) {
 	}
 	if !start {
 		return nil, errHandled
+	}
+	// An empty value ("--listen $ADDR" with ADDR unset) is a mistake, not
+	// a request for the default.
+	for _, name := range []string{"config", "data-dir", "listen", "transport", "guid", "admin", "metrics", "pprof"} {
+		if f := c.Flags().Lookup(name); f.Changed && f.Value.String() == "" {
+			return nil, fmt.Errorf("--%s: empty value (leave the flag out for its default)", name)
+		}
 	}
 	o.demoSet = c.Flags().Changed("demo")
 	return o, nil

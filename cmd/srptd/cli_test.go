@@ -62,6 +62,11 @@ func TestCommandLine(t *testing.T) {
 	if _, err := parseFlags([]string{"-h"}, &out, io.Discard); err != errHandled || !strings.Contains(out.String(), "--data-dir") {
 		t.Errorf("-h: %v %q", err, out.String())
 	}
+	for _, args := range [][]string{{"--listen", ""}, {"--config="}, {"-data-dir", ""}, {"--metrics", ""}} {
+		if _, err := parseFlags(args, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), ": empty value (leave the flag out for its default)") {
+			t.Errorf("%q: %v, want an empty value refused", args, err)
+		}
+	}
 	if _, err := parseFlags([]string{"stray"}, io.Discard, io.Discard); err == nil || err == errHandled {
 		t.Errorf("stray argument: %v", err)
 	}
