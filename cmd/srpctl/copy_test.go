@@ -191,3 +191,29 @@ func TestWriteFromStreamAndBlockDevice(t *testing.T) {
 		t.Fatal("LUN after write --if BLOCKDEV differs from the device")
 	}
 }
+
+// TestSCSIFailedDataIn: srpctl scsi does not dump the --in buffer of a
+// command the target refused without a data-in residual (LOG SENSE is not
+// implemented: ILLEGAL REQUEST, INVALID COMMAND OPERATION CODE); it did
+// print all --in bytes as received. A GOOD command prints what arrived.
+func TestSCSIFailedDataIn(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, _ := startSrptd(t, ctx)
+	run := func(cdb string) string {
+		c := newSCSICmd()
+		var out bytes.Buffer
+		c.SetOut(&out)
+		c.SetErr(&out)
+		c.SetArgs([]string{info[0], cdb, "--in", "4096"})
+		_ = c.ExecuteContext(ctx)
+		return out.String()
+	}
+	out := run("4d 00 00 00 00 00 00 10 00 00")
+	if !strings.Contains(out, "20h/00h") || strings.Contains(out, "Received 4096 bytes") || !strings.Contains(out, "No data-in reported (status CHECK CONDITION, no residual)") {
+		t.Errorf("LOG SENSE:\n%s", out)
+	}
+	// INQUIRY allocation length 96: an underflow of 4000 bytes.
+	if out := run("12 00 00 00 60 00"); !strings.Contains(out, "Received 96 bytes of data:") {
+		t.Errorf("INQUIRY:\n%s", out)
+	}
+}

@@ -253,7 +253,16 @@ func newSCSICmd() *cobra.Command {
 					}
 					fmt.Fprintf(w, "Sense data (%d bytes):\n%s", len(res.Sense), hex.Dump(res.Sense))
 				}
-				if inLen > 0 {
+				good := res.Status == sense.StatusGood || res.Status == sense.StatusConditionMet
+				switch {
+				case inLen == 0:
+				case !good && srp.RspFlags(res.Flags)&(srp.DataInUnder|srp.DataInOver) == 0:
+					// A failed command whose SRP_RSP reports no data-in
+					// residual (as ib_srpt answers a command refused before
+					// it ran) says nothing of the buffer: not a dump of
+					// --in bytes the target never wrote.
+					fmt.Fprintf(w, "No data-in reported (status %s, no residual)\n", sense.StatusName(res.Status))
+				default:
 					fmt.Fprintf(w, "Received %d bytes of data:\n%s", res.DataInLen, hex.Dump(in[:res.DataInLen]))
 				}
 				return res.Err()
