@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -77,5 +78,63 @@ func TestOneShotKeepsLongSession(t *testing.T) {
 	defer cancel()
 	if err := long.TestUnitReady(tctx, initiator.LUN(0)); err == nil {
 		t.Fatal("long session still serves commands after a SINGLE login of its initiator port")
+	}
+}
+
+// TestTwoSingleLoginsSettle: two sessions of one initiator port that both
+// log in with SINGLE, as two srpctl attach do, do not log each other out
+// forever: the first, logged out by the second's login (SRP_T_LOGOUT
+// multi-channel action), reconnects with MULTI and joins the nexus, and
+// then the target's channel list stays the same.
+func TestTwoSingleLoginsSettle(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, data := startSrptd(t, ctx)
+	dev := iwarp.NewDevice(iwarp.Config{})
+	defer dev.Close()
+	var sessions []*initiator.Session
+	for range 2 {
+		opts, err := initiator.ParseTarget(info[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.ChCount, opts.ReconnectDelay = 2, 100*time.Millisecond
+		s, err := initiator.Dial(ctx, dev, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		sessions = append(sessions, s)
+	}
+	channels := func() string {
+		out, err := srpctl(ctx, filepath.Join(data, "srptd.sock"), "sessions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, l := range strings.Split(out, "\n")[1:] {
+			if f := strings.Fields(l); len(f) > 1 {
+				ids = append(ids, f[1])
+			}
+		}
+		return strings.Join(ids, " ")
+	}
+	// Settled: four channels (two per session) that stay.
+	var last string
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		time.Sleep(time.Second)
+		now := channels()
+		if now == last && len(strings.Fields(now)) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("channels still changing: %q, then %q", last, now)
+		}
+		last = now
+	}
+	for i, s := range sessions {
+		if err := s.TestUnitReady(ctx, initiator.LUN(0)); err != nil && !initiator.IsSense(err, 6, 0x29, 0) {
+			t.Errorf("session %d: %v", i, err)
+		}
 	}
 }

@@ -189,7 +189,7 @@ func parseLoginRej(b []byte, ch int) error {
 func dialChannel(ctx context.Context, s *Session, idx int) (*channel, error) {
 	o := s.opts
 	cfg := rdma.QPConfig{SendDepth: o.QueueSize + tmfSlots + rspSlots, RecvDepth: o.QueueSize, MaxSGE: 2, IRD: respResources, ORD: 0}
-	conn, reply, err := s.dev.Dial(ctx, o.Dest, cfg, loginPrivateData(o, o.loginMulti(idx)))
+	conn, reply, err := s.dev.Dial(ctx, o.Dest, cfg, loginPrivateData(o, o.loginMulti(idx) || s.nexusTaken.Load()))
 	if err != nil {
 		var rej *rdma.RejectError
 		if errors.As(err, &rej) {
@@ -410,6 +410,9 @@ func (ch *channel) receive(b []byte) {
 		var q srp.TLogout
 		_ = q.Unmarshal(b)
 		ch.log.Warn("srp: target logout", "reason", q.Reason)
+		if q.Reason == srp.TLogoutMultiChannelAction && !ch.s.nexusTaken.Swap(true) {
+			ch.log.Warn("srp: another login of this initiator port took the I_T nexus over; reconnecting with multichannel action MULTI to share it")
+		}
 		ch.fail(fmt.Errorf("%w: target logged out (%v)", ErrChannelDown, q.Reason))
 	default:
 		ch.log.Warn("srp: unhandled IU from target", "op", op, "len", len(b))

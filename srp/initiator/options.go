@@ -77,7 +77,8 @@ type Options struct {
 	// MULTI-CHANNEL ACTION). false sends SINGLE on channel 0, as Linux
 	// ib_srp always does (srp_connect_target): the target logs out every
 	// other channel of the I_T nexus, stale ones of an earlier session
-	// included.
+	// included. A session the target logged out that way (SRP_T_LOGOUT
+	// multi-channel action) reconnects with MULTI whatever JoinNexus says.
 	JoinNexus bool
 	// IOClass selects the port identifier layout (io_class); 0 means rev. 16a.
 	IOClass uint16

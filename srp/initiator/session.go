@@ -59,6 +59,12 @@ type Session struct {
 	clock Clock // opts.Clock
 	log   *slog.Logger
 	rr    atomic.Uint32
+	// nexusTaken is set once the target logged a channel out because
+	// another login of this initiator port took the I_T nexus over
+	// (SRP_T_LOGOUT reason multi-channel action): reconnects then log in
+	// with MULTI and share the nexus, instead of taking it back with
+	// SINGLE and so logging the other session out in turn, forever.
+	nexusTaken atomic.Bool
 
 	mu      sync.Mutex
 	state   State
