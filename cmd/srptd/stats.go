@@ -29,7 +29,9 @@ type lunStats struct {
 
 // record adds one finished command.
 func (s *lunStats) record(res *scsi.Result, d time.Duration) {
-	if res.Aborted {
+	// TASK ABORTED is the status of a command another I_T nexus's TMF
+	// aborted (TAS, SAM-5 §5.6): ended by a TMF like the silent aborts.
+	if res.Aborted || res.Status == sense.StatusTaskAborted {
 		s.aborted.Add(1)
 		return
 	}

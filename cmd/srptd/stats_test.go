@@ -22,8 +22,9 @@ func TestLUNStats(t *testing.T) {
 	s.record(&scsi.Result{Status: 0x02, Sense: []byte{0x70, 0, 0x05, 0, 0, 0, 0, 10, 0, 0, 0, 0, 0x20, 0, 0, 0, 0, 0}}, 10*time.Microsecond)
 	s.record(&scsi.Result{Status: 0x00}, 20*time.Second)             // beyond the last bound: +Inf only
 	s.record(&scsi.Result{Aborted: true, DataInLen: 1}, time.Second) // aborted: counted apart
+	s.record(&scsi.Result{Status: 0x40}, time.Second)                // TASK ABORTED (TAS): aborted too
 	c := s.snapshot()
-	if c.Commands != 7 || c.ReadBytes != 4096 || c.WriteBytes != 512 || c.Errors != 2 || c.UnitAttentions != 2 || c.Aborted != 1 {
+	if c.Commands != 7 || c.ReadBytes != 4096 || c.WriteBytes != 512 || c.Errors != 2 || c.UnitAttentions != 2 || c.Aborted != 2 {
 		t.Fatalf("counters %+v", c)
 	}
 	b, count, sum := s.histogram()
