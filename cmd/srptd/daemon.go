@@ -176,6 +176,13 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 		st.bs = backstore.NewRAM(int64(sec.Size))
 	case "file", "block":
 		fi, statErr := os.Stat(st.path)
+		switch {
+		case !errors.Is(statErr, fs.ErrNotExist):
+		case sec.Backstore == "block":
+			return ferr(field+".path", "%s: no such block device", st.path)
+		case sec.Size == 0 || sec.ReadOnly:
+			return ferr(field+".path", "%s does not exist (srptd creates a missing image only with a size, and not read-only)", st.path)
+		}
 		if statErr == nil {
 			if other, ok := d.lunOnFile(fi); ok {
 				return ferr(field+".path", "%s is already the backstore of LUN %d", st.path, other)

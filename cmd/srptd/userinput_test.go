@@ -57,6 +57,29 @@ func TestConfigErrorsValues(t *testing.T) {
 	}
 }
 
+// TestMissingImageNamed: a LUN whose image is missing and that srptd may
+// not create (no size, or read-only), or a missing block device, is named
+// as such at start and through POST /luns, as --check names it, instead
+// of "open PATH: no such file or directory".
+func TestMissingImageNamed(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "gone.img")
+	base := "[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[lun]]\nlun=0\npath=\"" + img + "\"\n"
+	for _, tc := range []struct{ extra, want string }{
+		{"backstore=\"file\"\n", img + " does not exist (srptd creates a missing image only with a size, and not read-only)"},
+		{"backstore=\"file\"\nsize=\"1MiB\"\nread_only=true\n", img + " does not exist (srptd creates a missing image only with a size, and not read-only)"},
+		{"backstore=\"block\"\n", img + ": no such block device"},
+	} {
+		if err := runErr(t, base+tc.extra); !strings.Contains(err.Error(), "lun[0].path: "+tc.want) {
+			t.Errorf("%s: %v\nwant %q", tc.extra, err, tc.want)
+		}
+	}
+	dr := launch(t, "-data-dir", t.TempDir(), "-listen", "127.0.0.1:0")
+	code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "file", "path": img}, nil)
+	if code != 400 || !strings.Contains(body, "lun.path: "+img+" does not exist") {
+		t.Errorf("POST /luns: %d %s", code, body)
+	}
+}
+
 // runErr runs srptd with a configuration expected to fail at start and
 // returns the error; it fails the test if srptd started serving.
 func runErr(t *testing.T, cfg string) error {
