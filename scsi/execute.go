@@ -62,6 +62,7 @@ func writeProtected(cmd *Command, lu *LogicalUnit) Result {
 // executeLU runs a command addressed to logical unit lu.
 func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, ro bool) Result {
 	t := &task{sess: s, tag: cmd.Tag, attr: cmd.Attr, ts: &lu.ts}
+	t.cmd = cmd // before the tag is visible: Abandon matches it
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -70,6 +71,11 @@ func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, 
 	if _, dup := s.tags[cmd.Tag]; dup {
 		s.mu.Unlock()
 		return checkResult(fail(ReasonOverlappedCommands), lu.dsense())
+	}
+	if ctx.Err() != nil {
+		// Abandoned (Abandon) or closed before it began: it takes no tag.
+		s.mu.Unlock()
+		return Result{Aborted: true}
 	}
 	s.tags[cmd.Tag] = t
 	lu.ts.register(t) // under s.mu: no TMF sees the tag but misses the task
@@ -81,7 +87,7 @@ func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, 
 	t.knownLU = known
 
 	c := &t.cmdCtx
-	c.ctx, c.s, c.lu, c.cmd, c.cdb, c.ro = ctx, s, lu, cmd, cmd.CDB, ro
+	c.ctx, c.s, c.lu, c.cdb, c.ro = ctx, s, lu, cmd.CDB, ro // c.cmd is set before the tag is visible
 	c.desc = lu.dsense()
 
 	f, entered, run := s.admit(ctx, t)
@@ -304,6 +310,19 @@ func (lu *LogicalUnit) uaCommandsCleared(ab []*task, except string) {
 			lu.establishUALocked(o.sess.key, ReasonUACommandsCleared)
 		}
 	}
+}
+
+// Abandon implements Session.
+func (s *session) Abandon(cmd *Command) {
+	s.mu.Lock()
+	t := s.tags[cmd.Tag]
+	if t == nil || t.cmd != cmd {
+		s.mu.Unlock()
+		return
+	}
+	delete(s.tags, cmd.Tag)
+	s.mu.Unlock()
+	t.ts.abort(t, false)
 }
 
 // Refuse implements Session.

@@ -194,6 +194,13 @@ type Session interface {
 	// (D_SENSE), as LIO's transport_send_check_condition_and_sense. Only
 	// cmd.LUN is used; nothing is executed.
 	Refuse(cmd *Command, r Reason) Result
+	// Abandon ends a command submitted on a connection that is gone: no
+	// response can reach the initiator (SAM-5 §6.3.4, I_T nexus loss for
+	// that command). The task is aborted silently and its tag is free for
+	// the nexus's next command at once, even while the backstore still
+	// works on the old one; its Completer still gets the (aborted) result.
+	// A command the core does not hold is ignored.
+	Abandon(cmd *Command)
 	// TaskManagement performs fn on lun. taskTag names the task for ABORT
 	// TASK. It returns after the affected commands have finished.
 	TaskManagement(ctx context.Context, fn TMF, lun uint64, taskTag uint64) TMFResponse

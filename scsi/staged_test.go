@@ -187,3 +187,60 @@ func TestSubmitInline(t *testing.T) {
 		})
 	}
 }
+
+// hangingRAM blocks ReadAt until release is closed.
+type hangingRAM struct {
+	*backstore.RAM
+	release chan struct{}
+}
+
+// NonBlocking hides RAM's: this backstore blocks.
+func (hangingRAM) NonBlocking() bool { return false }
+
+func (h hangingRAM) ReadAt(p []byte, off int64) (int, error) {
+	<-h.release
+	return h.RAM.ReadAt(p, off)
+}
+
+// TestAbandon: a command whose connection is gone is aborted silently and
+// its tag is free at once for the nexus's next command, while the old one
+// still waits for its backstore (SAM-5 §6.3.4 for that command); its
+// completion then reports it aborted.
+func TestAbandon(t *testing.T) {
+	h := hangingRAM{RAM: backstore.NewRAM(1 << 20), release: make(chan struct{})}
+	f := newFixture(t, LUConfig{Backstore: h, BlockSize: 512})
+	done := make(completer, 1)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	old := &Command{Tag: 7, CDB: cdb10(opRead10, 0, 0, 1), DataIn: make([]byte, 512)}
+	if _, inline := f.s.Submit(ctx, old, done); inline {
+		t.Fatal("READ on a blocking backstore ran inline")
+	}
+	// The same tag is an overlapped command while the first one holds it.
+	wantTag := func(want uint8) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			r := f.s.Execute(testCtx(t), &Command{Tag: 7, CDB: cdbTUR()})
+			if r.Status == want || time.Now().After(deadline) {
+				if r.Status != want {
+					t.Fatalf("TEST UNIT READY with tag 7: status %#x, want %#x", r.Status, want)
+				}
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	wantTag(sense.StatusCheckCondition)
+	cancel()
+	f.s.Abandon(old)
+	wantTag(sense.StatusGood)
+	close(h.release)
+	select {
+	case r := <-done:
+		if !r.Aborted {
+			t.Fatalf("abandoned command's result %+v, want Aborted", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no completion for the abandoned command")
+	}
+}

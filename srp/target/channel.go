@@ -454,6 +454,13 @@ func (c *channel) transition(ev chanEvent) {
 	c.stateMirr.Store(int32(next))
 	if eff&effAbortCommands != 0 {
 		c.stop()
+		// Commands in the core will get no response: their tags must not
+		// hold up the nexus's next channel (a reconnect reuses them).
+		for _, cmd := range c.cmds {
+			if cmd.state == cmdExec && c.nx != nil {
+				c.nx.sess.Abandon(&cmd.sc)
+			}
+		}
 		c.readQ.reset()
 		c.sendQ.reset()
 		// Parked IUs will never run; with a shared receive queue their

@@ -126,6 +126,9 @@ func (s *fakeSession) Refuse(_ *scsi.Command, r scsi.Reason) scsi.Result {
 	return scsi.ResultFor(r, false)
 }
 
+// Abandon does nothing: the fake core cancels through the context.
+func (s *fakeSession) Abandon(*scsi.Command) {}
+
 // Submit runs every command on a goroutine of its own.
 func (s *fakeSession) Submit(ctx context.Context, cmd *scsi.Command, c scsi.Completer) (scsi.Result, bool) {
 	go func() { c.Complete(cmd, s.Execute(ctx, cmd)) }()

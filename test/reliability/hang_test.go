@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -35,17 +34,6 @@ func TestHungBackstore(t *testing.T) {
 		hang time.Duration
 	}{{"slow", 2 * time.Second}, {"hung", 8 * time.Second}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "hung" && os.Getenv("RELIABILITY_KNOWN_FAULTS") == "" {
-				// After the initiator drops the channel whose READ is stuck
-				// in the backstore and logs in again, its next commands on
-				// the same I_T nexus reuse that READ's tag and the SCSI
-				// core's per-session tag map (scsi/execute.go) answers
-				// ABORTED COMMAND, OVERLAPPED COMMANDS ATTEMPTED, on every
-				// LUN, until the backstore answers. A task whose channel is
-				// gone gets no response and must not reserve its tag.
-				// RELIABILITY_KNOWN_FAULTS=1 runs it.
-				t.Skip("known fault: tags of tasks left by a dropped channel overlap the new channel's (scsi/execute.go)")
-			}
 			hungBackstore(t, tc.hang)
 		})
 	}
