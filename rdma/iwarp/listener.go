@@ -24,6 +24,62 @@ type listener struct {
 
 	mu      sync.Mutex
 	pending map[net.Conn]struct{} // TCP connections still in the MPA exchange
+	// warned rate-limits the warnings of failed handshakes per remote
+	// host: junk connections from one host (a port scanner, a
+	// misconfigured client) give a line per interval, with a count.
+	warned map[string]*hostWarn
+	// maxPending is maxPendingHandshakes (tests lower it).
+	maxPending int
+}
+
+// hostWarn is when a remote host's last failed handshake was logged and
+// how many have been left out since.
+type hostWarn struct {
+	at      time.Time
+	skipped int
+}
+
+// handshakeWarnEvery is the least time between two warnings about failed
+// handshakes from one host.
+const handshakeWarnEvery = 10 * time.Second
+
+// maxPendingHandshakes bounds the TCP connections of a listener still in
+// the MPA exchange (each holds a goroutine and a file descriptor for up to
+// Config.HandshakeTimeout).
+const maxPendingHandshakes = 1024
+
+// maxWarnHosts bounds the hosts remembered for the rate limit.
+const maxWarnHosts = 4096
+
+// warnHandshake logs a failed handshake from nc's remote host, at most once
+// per handshakeWarnEvery per host; the next line counts those left out.
+func (l *listener) warnHandshake(nc net.Conn, msg string, err error) {
+	host := nc.RemoteAddr().String()
+	if h, _, e := net.SplitHostPort(host); e == nil {
+		host = h
+	}
+	now := time.Now()
+	l.mu.Lock()
+	if l.warned == nil || len(l.warned) >= maxWarnHosts {
+		l.warned = map[string]*hostWarn{}
+	}
+	w := l.warned[host]
+	if w != nil && now.Sub(w.at) < handshakeWarnEvery {
+		w.skipped++
+		l.mu.Unlock()
+		return
+	}
+	skipped := 0
+	if w != nil {
+		skipped = w.skipped
+	}
+	l.warned[host] = &hostWarn{at: now}
+	l.mu.Unlock()
+	if skipped > 0 {
+		l.dev.log.Warn(msg, "remote", nc.RemoteAddr(), "err", err, "more_from_host", skipped)
+		return
+	}
+	l.dev.log.Warn(msg, "remote", nc.RemoteAddr(), "err", err)
 }
 
 // Listen listens on addr ("host:port", IPv4 or IPv6, port 0 for any) for MPA
@@ -36,7 +92,7 @@ func (d *Device) Listen(ctx context.Context, addr string) (rdma.Listener, error)
 	}
 	l := &listener{
 		dev: d, ln: ln, backlog: make(chan *connRequest, d.cfg.AcceptBacklog),
-		done: make(chan struct{}), pending: make(map[net.Conn]struct{}),
+		done: make(chan struct{}), pending: make(map[net.Conn]struct{}), maxPending: maxPendingHandshakes,
 	}
 	d.mu.Lock()
 	if d.closed {
@@ -123,6 +179,15 @@ func (l *listener) acceptLoop() {
 			tc.SetNoDelay(true)
 		}
 		l.mu.Lock()
+		if len(l.pending) >= l.maxPending {
+			// A flood of connections that never finish their MPA request
+			// must not take every file descriptor: refuse beyond the bound
+			// until the handshake timeout frees places.
+			l.mu.Unlock()
+			l.warnHandshake(nc, "iwarp: too many MPA handshakes in progress; connection closed", fmt.Errorf("%d pending", l.maxPending))
+			nc.Close()
+			continue
+		}
 		l.pending[nc] = struct{}{}
 		l.mu.Unlock()
 		l.wg.Add(1)
@@ -145,7 +210,7 @@ func (l *listener) handshake(nc net.Conn) {
 	nc.SetDeadline(time.Now().Add(d.cfg.HandshakeTimeout))
 	req, err := readMPAFrame(nc, false)
 	if err != nil {
-		d.log.Warn("iwarp: bad MPA request", "remote", nc.RemoteAddr(), "err", err)
+		l.warnHandshake(nc, "iwarp: bad MPA request", err)
 		if errors.Is(err, ErrMPAFrame) && req.Revision != 0 {
 			l.refuse(nc, req)
 		}
@@ -154,7 +219,7 @@ func (l *listener) handshake(nc net.Conn) {
 		return
 	}
 	if err := mpaRequestRefused(req); err != nil {
-		d.log.Warn("iwarp: refusing MPA request", "remote", nc.RemoteAddr(), "err", err)
+		l.warnHandshake(nc, "iwarp: refusing MPA request", err)
 		l.refuse(nc, req)
 		l.forget(nc)
 		nc.Close()
