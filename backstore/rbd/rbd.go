@@ -282,26 +282,22 @@ func ptr(b []byte) *C.char { return (*C.char)(unsafe.Pointer(&b[0])) }
 
 // ReadAt implements backstore.Backstore (rbd_read2). Holes read as zeros.
 func (im *Image) ReadAt(p []byte, off int64) (int, error) {
-	if len(p) == 0 {
-		return 0, nil
-	}
-	if err := im.checkRange(off, int64(len(p))); err != nil {
-		return 0, err
-	}
-	if err := im.enter(); err != nil {
-		return 0, err
-	}
-	defer im.leave()
-	ret := C.rbd_read2(im.img, C.uint64_t(off), C.size_t(len(p)), ptr(p), 0)
-	if ret < 0 {
-		return 0, rbdErr("read", ret)
-	}
-	return int(ret), nil
+	return im.rw("read", p, off, func() C.ssize_t {
+		return C.rbd_read2(im.img, C.uint64_t(off), C.size_t(len(p)), ptr(p), 0)
+	})
 }
 
 // WriteAt implements backstore.Backstore (rbd_write2). The write is on the
 // OSDs when it returns (the cache is off).
 func (im *Image) WriteAt(p []byte, off int64) (int, error) {
+	return im.rw("write", p, off, func() C.ssize_t {
+		return C.rbd_write2(im.img, C.uint64_t(off), C.size_t(len(p)), ptr(p), 0)
+	})
+}
+
+// rw runs call, a read or write of p at off, inside the image's bounds and
+// its in-flight limit.
+func (im *Image) rw(what string, p []byte, off int64, call func() C.ssize_t) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -312,9 +308,9 @@ func (im *Image) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	defer im.leave()
-	ret := C.rbd_write2(im.img, C.uint64_t(off), C.size_t(len(p)), ptr(p), 0)
+	ret := call()
 	if ret < 0 {
-		return 0, rbdErr("write", ret)
+		return 0, rbdErr(what, ret)
 	}
 	return int(ret), nil
 }
