@@ -16,11 +16,13 @@ log "disk $disk"
 host=$(ls -d /sys/block/${disk#/dev/}/device/scsi_device/* | sed 's|.*/||; s/:.*//')
 
 # resets RESET...: runs while fio writes; each reset waits for fio to make progress first.
+# fio is paced (rate_iops) so that its write phase outlasts the resets however
+# fast the target is: 12288 writes at 1500/s take 8 s, the resets about 7 s.
 run_with_resets() {
 	local name=$1 i r
 	shift
 	fio --name="$name" --filename="$disk" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k --iodepth=16 \
-		--size=32M --verify=crc32c --do_verify=1 --verify_fatal=1 --output=/tmp/fio-$name.out &
+		--size=48M --rate_iops=1500 --verify=crc32c --do_verify=1 --verify_fatal=1 --output=/tmp/fio-$name.out &
 	local fpid=$!
 	for r in "$@"; do
 		sleep 2
