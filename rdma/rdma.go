@@ -300,6 +300,30 @@ type CQNotifier interface {
 	Notify() <-chan struct{}
 }
 
+// CQHook is implemented by connections that can run the consumer's
+// completion handling on the goroutine that queued the completions (the
+// provider's receive or transmit goroutine), so that no consumer goroutine
+// has to be woken to take them: one goroutine hand-off fewer per message,
+// as a kernel consumer's completion handler runs in the context that
+// completed the work (ib_srpt's srpt_recv_done in the CQ's softirq).
+type CQHook interface {
+	CQNotifier
+	// SetCQHook makes the connection call fn, instead of signalling
+	// Notify's channel, at some point after it queued new completions: on
+	// one of its own goroutines, with none of its locks held, before that
+	// goroutine waits for the network. fn takes the completions with
+	// TryPoll (it may be called when there are none). It may run on two
+	// goroutines at once and concurrently with the consumer's own, so it
+	// must guard its state (a consumer busy elsewhere can hand the work to
+	// its goroutine and return), and it must not block: the connection
+	// receives nothing while fn runs. Completions queued during the
+	// consumer's own PostSend or Doorbell are there for TryPoll when the
+	// call returns. Close called from fn does not wait for the
+	// connection's goroutines to end. Notify's channel still receives when
+	// the connection goes down.
+	SetCQHook(fn func())
+}
+
 // Doorbeller is implemented by connections that can hold posted send work
 // until told to transmit (a doorbell write, in hardware terms), so a
 // consumer that posts many work requests in a row sends them together: on

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
@@ -126,8 +127,14 @@ type conn struct {
 	// txWanted: the writer waits for the owner to let go.
 	txOwned, txHandoff, txWanted bool
 
-	txWake    chan struct{}
-	cqWake    chan struct{}
+	txWake chan struct{}
+	cqWake chan struct{}
+	// hook is the consumer's completion hook (rdma.CQHook); cqNew tells
+	// that completions were queued since it last ran; inHook counts the
+	// connection's goroutines running it.
+	hook   atomic.Pointer[func()]
+	cqNew  atomic.Bool
+	inHook atomic.Int32
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -137,6 +144,7 @@ var (
 	_ rdma.Conn       = (*conn)(nil)
 	_ rdma.CQNotifier = (*conn)(nil)
 	_ rdma.Doorbeller = (*conn)(nil)
+	_ rdma.CQHook     = (*conn)(nil)
 )
 
 // orqEntry is an RDMA Read Request on the wire: a user Read (sq index) or a
@@ -181,6 +189,7 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 	if s, ok := q.SRQ.(*srq); ok {
 		c.srq = s
 	}
+	c.br.idle = c.announce
 	c.rx.init()
 	c.tx.init(c)
 	return c
@@ -206,17 +215,24 @@ func (c *conn) Err() error {
 }
 
 // Close tears the connection down (TCP FIN), flushes outstanding work and
-// waits for the connection's goroutines to end.
+// waits for the connection's goroutines to end (in the background when
+// one of them is running the completion hook, which may be the caller).
 func (c *conn) Close() error {
 	c.fail(rdma.ErrClosed, nil)
-	c.closeOnce.Do(func() {
-		c.wg.Wait()
-		c.dev.removeConn(c)
-		if c.srq != nil {
-			c.srq.detach()
-		}
-	})
+	if c.inHook.Load() > 0 {
+		go c.closeOnce.Do(c.finishClose)
+		return nil
+	}
+	c.closeOnce.Do(c.finishClose)
 	return nil
+}
+
+func (c *conn) finishClose() {
+	c.wg.Wait()
+	c.dev.removeConn(c)
+	if c.srq != nil {
+		c.srq.detach()
+	}
 }
 
 func (c *conn) kickWriter() {
@@ -226,11 +242,39 @@ func (c *conn) kickWriter() {
 	}
 }
 
+// kickPoller tells the consumer that completions were queued: through
+// Notify's channel, or for the hook's next run (announce).
 func (c *conn) kickPoller() {
+	if c.hook.Load() != nil {
+		c.cqNew.Store(true)
+		return
+	}
+	c.signalCQ()
+}
+
+func (c *conn) signalCQ() {
 	select {
 	case c.cqWake <- struct{}{}:
 	default:
 	}
+}
+
+// SetCQHook implements rdma.CQHook.
+func (c *conn) SetCQHook(fn func()) {
+	c.hook.Store(&fn)
+}
+
+// announce runs the completion hook if completions were queued since its
+// last run. The reader calls it before it waits for input, the writer after
+// each batch; nothing is locked.
+func (c *conn) announce() {
+	h := c.hook.Load()
+	if h == nil || !c.cqNew.Load() || !c.cqNew.CompareAndSwap(true, false) {
+		return
+	}
+	c.inHook.Add(1)
+	(*h)()
+	c.inHook.Add(-1)
 }
 
 // fail takes the connection down with err (the first error wins). With a
@@ -248,6 +292,8 @@ func (c *conn) fail(err error, term *termInfo) {
 	close(c.done)
 	c.mu.Unlock()
 	c.kickPoller()
+	c.signalCQ()
+	c.announce()
 	if term != nil {
 		c.nc.SetWriteDeadline(time.Now().Add(terminateWriteTimeout))
 		c.kickWriter()

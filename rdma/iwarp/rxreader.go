@@ -23,6 +23,9 @@ type rxReader struct {
 	buf  []byte
 	r, w int // buf[r:w] is buffered
 	err  error
+	// idle, if set, runs before each read from the stream, when every
+	// complete FPDU buffered has been handled (the completion hook).
+	idle func()
 
 	// The readv call's vector, result and callback, kept here so that
 	// nothing is allocated per FPDU.
@@ -81,6 +84,9 @@ func (b *rxReader) readErr() error {
 
 // fill reads once into the free end of the buffer (compacted first).
 func (b *rxReader) fill() {
+	if b.idle != nil {
+		b.idle()
+	}
 	if b.r > 0 {
 		copy(b.buf, b.buf[b.r:b.w])
 		b.w -= b.r
@@ -111,6 +117,9 @@ func (b *rxReader) Read(p []byte) (int, error) {
 			return 0, b.readErr()
 		}
 		if len(p) >= len(b.buf) {
+			if b.idle != nil {
+				b.idle()
+			}
 			n, err := b.rd.Read(p)
 			return n, err
 		}
@@ -162,6 +171,9 @@ func (b *rxReader) readPayload(dst, tr []byte) error {
 	}
 	// The buffer is empty here.
 	b.r, b.w = 0, 0
+	if b.idle != nil {
+		b.idle()
+	}
 	for len(dst) > 0 || len(tr) > 0 {
 		b.setIov(dst, tr, b.buf[b.w:])
 		err := b.rc.Read(b.readvF)

@@ -340,6 +340,7 @@ func (c *conn) writer() {
 		}
 		var exit bool
 		exit, waitOwner = c.txRun(true)
+		c.announce()
 		if exit {
 			return
 		}

@@ -130,6 +130,7 @@ type channel struct {
 	mu           sync.Mutex
 	reqLim       int
 	rsp          srp.Rsp // decode scratch of the poller
+	comps        [32]rdma.Completion
 	creditWaits  int
 	creditSignal chan struct{}
 
@@ -137,6 +138,16 @@ type channel struct {
 	dead     chan struct{}
 	err      error // why the channel went down; set before dead closes
 	pollDone chan struct{}
+
+	// pollMu is held while completions are taken and handled: by the poll
+	// goroutine, or by the provider's goroutine in the completion hook
+	// (rdma.CQHook). In the hook a failure is not acted on (fail closes
+	// the connection and takes the session's lock) but left in hookErr for
+	// the poll goroutine, which wake wakes.
+	pollMu  sync.Mutex
+	hooking bool
+	hookErr error
+	wake    chan struct{}
 }
 
 // loginPrivateData builds the 56-byte RDMA/CM form of SRP_LOGIN_REQ
@@ -215,7 +226,7 @@ func dialChannel(ctx context.Context, s *Session, idx int) (*channel, error) {
 		s: s, idx: idx, conn: conn, info: li, useImm: li.ImmediateData,
 		maxIT: li.UsedITIULen, maxTI: int(li.MaxTIIULen), reqLim: int(li.ReqLimDelta),
 		log: s.log.With("ch", idx), creditSignal: make(chan struct{}),
-		dead: make(chan struct{}), pollDone: make(chan struct{}),
+		dead: make(chan struct{}), pollDone: make(chan struct{}), wake: make(chan struct{}, 1),
 	}
 	if err := ch.setup(); err != nil {
 		ch.release()
@@ -313,9 +324,34 @@ func (ch *channel) down() bool {
 	}
 }
 
-// poll is the channel's completion loop.
+// poll is the channel's completion loop. On a connection with a
+// completion hook it only takes over when the hook cannot (another
+// goroutine was polling, or the hook left a failure to act on).
 func (ch *channel) poll() {
 	defer close(ch.pollDone)
+	if h, ok := ch.conn.(rdma.CQHook); ok {
+		h.SetCQHook(ch.onCQHook)
+		notify := h.Notify()
+		for {
+			ch.pollMu.Lock()
+			err := ch.drain(h)
+			if err == nil {
+				err, ch.hookErr = ch.hookErr, nil
+			}
+			ch.pollMu.Unlock()
+			if err != nil {
+				ch.fail(err)
+				if !errors.Is(err, rdma.ErrClosed) {
+					continue // the flushed work completes still
+				}
+				return
+			}
+			select {
+			case <-ch.wake:
+			case <-notify:
+			}
+		}
+	}
 	var cs [32]rdma.Completion
 	for {
 		n, err := ch.conn.Poll(context.Background(), cs[:])
@@ -329,6 +365,58 @@ func (ch *channel) poll() {
 	}
 }
 
+// drain takes and handles every completion available; with pollMu held.
+func (ch *channel) drain(h rdma.CQNotifier) error {
+	for {
+		n, err := h.TryPoll(ch.comps[:])
+		for i := range ch.comps[:n] {
+			ch.complete(&ch.comps[i])
+		}
+		if err != nil || n < len(ch.comps) {
+			return err
+		}
+	}
+}
+
+// onCQHook is the completion hook: it handles the completions on the
+// provider's goroutine unless the poll goroutine is at it.
+func (ch *channel) onCQHook() {
+	if !ch.pollMu.TryLock() {
+		ch.wakePoller()
+		return
+	}
+	ch.hooking = true
+	err := ch.drain(ch.conn.(rdma.CQNotifier))
+	ch.hooking = false
+	if err != nil && ch.hookErr == nil {
+		ch.hookErr = err
+	}
+	failed := ch.hookErr != nil
+	ch.pollMu.Unlock()
+	if failed {
+		ch.wakePoller()
+	}
+}
+
+func (ch *channel) wakePoller() {
+	select {
+	case ch.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pollFail is fail for the completion handlers: in the hook it leaves err
+// to the poll goroutine.
+func (ch *channel) pollFail(err error) {
+	if ch.hooking {
+		if ch.hookErr == nil {
+			ch.hookErr = err
+		}
+		return
+	}
+	ch.fail(err)
+}
+
 func (ch *channel) complete(c *rdma.Completion) {
 	idx := int(c.ID &^ wrKind)
 	switch c.ID & wrKind {
@@ -337,12 +425,12 @@ func (ch *channel) complete(c *rdma.Completion) {
 			return
 		}
 		if c.Status != rdma.StatusSuccess {
-			ch.fail(fmt.Errorf("srp channel %d: send completed with %v: %w", ch.idx, c.Status, errOr(c.Err, ErrChannelDown)))
+			ch.pollFail(fmt.Errorf("srp channel %d: send completed with %v: %w", ch.idx, c.Status, errOr(c.Err, ErrChannelDown)))
 		}
 		ch.reqs[idx].put()
 	case wrRecv:
 		if c.Status != rdma.StatusSuccess {
-			ch.fail(fmt.Errorf("srp channel %d: receive completed with %v: %w", ch.idx, c.Status, errOr(c.Err, ErrChannelDown)))
+			ch.pollFail(fmt.Errorf("srp channel %d: receive completed with %v: %w", ch.idx, c.Status, errOr(c.Err, ErrChannelDown)))
 			return
 		}
 		if idx >= len(ch.recvSGE) {
@@ -350,13 +438,13 @@ func (ch *channel) complete(c *rdma.Completion) {
 		}
 		sge := ch.recvSGE[idx]
 		ch.receive(sge.Bytes()[:min(c.ByteLen, sge.Length)])
-		if ch.down() {
+		if ch.down() || ch.hookErr != nil {
 			return
 		}
 		// The poller's own work request: a literal would escape to the heap.
 		ch.recvWR[0] = rdma.RecvWR{ID: c.ID, Local: sge}
 		if err := ch.conn.PostRecv(ch.recvWR[:]...); err != nil {
-			ch.fail(err)
+			ch.pollFail(err)
 		}
 	}
 }
@@ -413,7 +501,7 @@ func (ch *channel) receive(b []byte) {
 		if q.Reason == srp.TLogoutMultiChannelAction && !ch.s.nexusTaken.Swap(true) {
 			ch.log.Warn("srp: another login of this initiator port took the I_T nexus over; reconnecting with multichannel action MULTI to share it")
 		}
-		ch.fail(fmt.Errorf("%w: target logged out (%v)", ErrChannelDown, q.Reason))
+		ch.pollFail(fmt.Errorf("%w: target logged out (%v)", ErrChannelDown, q.Reason))
 	default:
 		ch.log.Warn("srp: unhandled IU from target", "op", op, "len", len(b))
 	}
@@ -433,7 +521,7 @@ func (ch *channel) sendRsp(iu srp.IU) {
 	r.refs.Store(1)
 	if err := r.post(len(b)); err != nil {
 		r.put()
-		ch.fail(err)
+		ch.pollFail(err)
 	}
 }
 

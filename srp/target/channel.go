@@ -39,8 +39,10 @@ type event struct {
 }
 
 // channel is one RDMA channel: a connected queue pair, its receive and send
-// rings, its credits and commands. All mutable state is owned by the loop
-// goroutine (run); other goroutines talk to it through events and closeReq.
+// rings, its credits and commands. All mutable state is owned by whoever
+// holds turn: the loop goroutine (run) while it handles an event, or the
+// provider's goroutine running the completion hook (onCQHook); other
+// goroutines talk to it through events and closeReq.
 type channel struct {
 	port *Port
 	id   uint64
@@ -63,6 +65,11 @@ type channel struct {
 	// loop rings once per turn (rang: something was posted since).
 	bell rdma.Doorbeller
 	rang bool
+	// turn is held while the channel's state is handled; wake asks the
+	// loop goroutine for a turn (the hook found it busy, or the channel
+	// left LIVE during a hook's turn).
+	turn sync.Mutex
+	wake chan struct{}
 	ctx  context.Context // passed to Execute; cancelled on close
 	stop context.CancelFunc
 
@@ -138,6 +145,7 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 		pool:       map[int][]rdma.MemoryRegion{},
 		inUse:      map[rdma.MemoryRegion]struct{}{},
 		closeReq:   make(chan closeRequest, 1),
+		wake:       make(chan struct{}, 1),
 		done:       make(chan struct{}),
 		nRecv:      2*cfg.RQSize + extraRecv,
 		nSend:      cfg.RQSize + nReserved,
@@ -332,16 +340,34 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 		})
 	}
 	c.updateSnap()
+	if h, ok := conn.(rdma.CQHook); ok && c.cqn != nil {
+		// From here on the provider's goroutines handle completions
+		// themselves when the loop is idle (onCQHook).
+		c.turn.Lock()
+		h.SetCQHook(c.onCQHook)
+		c.pollNow()
+		c.endTurn()
+		c.turn.Unlock()
+	}
 	down := conn.Done()
 	for c.state != stateDisconnected {
 		select {
 		case <-notify:
+			c.turn.Lock()
 			c.pollNow()
+		case <-c.wake:
+			c.turn.Lock()
+			if c.cqn != nil {
+				c.pollNow()
+			}
 		case ev := <-c.events:
+			c.turn.Lock()
 			c.handle(ev)
 		case req := <-c.closeReq:
+			c.turn.Lock()
 			c.onClose(req)
 		case <-down:
+			c.turn.Lock()
 			down = nil
 			c.connDown(conn.Err())
 			if c.cqn != nil {
@@ -352,11 +378,56 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 				if !c.pollDone {
 					c.startPoller()
 				}
+				c.cqn = nil
 			}
 		}
+		c.endTurn()
+		c.turn.Unlock()
+	}
+}
+
+// endTurn finishes a turn of the channel: rings the doorbell for what the
+// turn posted, takes the completions that ringing produced, and notes
+// state changes.
+func (c *channel) endTurn() {
+	if c.rang {
 		c.doorbell()
-		c.checkDrained()
-		c.updateSnap()
+		if c.cqn != nil {
+			c.pollNow()
+			c.doorbell()
+		}
+	}
+	c.checkDrained()
+	c.updateSnap()
+}
+
+// onCQHook is the completion hook (rdma.CQHook): it runs on the
+// provider's goroutine that queued completions, and handles them there
+// when no other goroutine has the turn; otherwise, or once the channel has
+// left LIVE, the loop goroutine takes over.
+func (c *channel) onCQHook() {
+	if !c.turn.TryLock() {
+		c.wakeLoop()
+		return
+	}
+	if c.cqn == nil || c.state != stateLive {
+		c.turn.Unlock()
+		c.wakeLoop()
+		return
+	}
+	c.pollNow()
+	c.endTurn()
+	live := c.state == stateLive
+	c.turn.Unlock()
+	if !live {
+		c.wakeLoop()
+	}
+}
+
+func (c *channel) wakeLoop() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
