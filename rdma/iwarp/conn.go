@@ -132,9 +132,9 @@ type conn struct {
 	// hook is the consumer's completion hook (rdma.CQHook); cqNew tells
 	// that completions were queued since it last ran; inHook counts the
 	// connection's goroutines running it.
-	hook   atomic.Pointer[func()]
-	cqNew  atomic.Bool
-	inHook atomic.Int32
+	hook      atomic.Pointer[func()]
+	cqNew     atomic.Bool
+	inHook    atomic.Int32
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
