@@ -71,7 +71,8 @@
 //     before the factory was called, with a deadline).
 //
 // Shared receive queues are optional (rdma.SRQDevice); the SRQ subtests
-// skip on a provider without them (see srq.go for what they expect).
+// skip on a provider without them (see srq.go for what they expect). So are
+// completion hooks (rdma.CQHook, hook.go).
 //
 // Both directions are exercised: the dialer (an SRP initiator) and the
 // acceptor (an SRP target, which issues the RDMA READs and WRITEs) each act as
@@ -173,6 +174,8 @@ func RunWith(t *testing.T, f Factory, opts Options) {
 		{"Close/Acceptor", testClose(false)},
 		{"Close/WakesPoll", testCloseWakesPoll},
 		{"Close/Device", testDeviceClose},
+		{"Hook/Delivers", testHookDelivers},
+		{"Hook/Close", testHookClose},
 		{"Concurrent", testConcurrent},
 		{"ManyConnections", testManyConnections},
 		{"RandomOps", testRandomOps},
