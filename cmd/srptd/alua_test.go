@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,5 +103,46 @@ ports = [1]
 	b, _ = os.ReadFile(saved.Path)
 	if !strings.Contains(string(b), `state = "active/optimized"`) || !strings.Contains(string(b), "relative_port = 3") {
 		t.Fatalf("saved configuration lacks the ALUA state:\n%s", b)
+	}
+}
+
+// TestImageSharedByALUAGateways: two gateways ([alua], each its own data
+// directory) export one file image together and see each other's writes
+// at once; an srptd that is not a gateway is still kept off the image.
+func TestImageSharedByALUAGateways(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "shared.img")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(alua string) string {
+		return writeConfig(t, "[target]\ndemo_mode=true\n[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[lun]]\nlun=0\nbackstore=\"file\"\npath=\""+img+"\"\nserial=\"shared0\"\n"+alua)
+	}
+	a := launch(t, "-config", conf("[alua]\ngroup=1\nrelative_port=1\n[[alua.peer]]\ngroup=2\nstate=\"ano\"\nports=[2]\n"), "-data-dir", t.TempDir())
+	b := launch(t, "-config", conf("[alua]\ngroup=2\nrelative_port=2\nstate=\"ano\"\n[[alua.peer]]\ngroup=1\nports=[1]\n"), "-data-dir", t.TempDir())
+	err := run(testCtx(t), []string{"-config", conf(""), "-data-dir", t.TempDir()}, io.Discard, io.Discard, func(ready) { t.Error("an srptd without [alua] started on the gateways' image") })
+	if want := "lun[0].path: " + img + " is in use by another srptd (or another LUN)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("srptd without [alua]: err %v, want %q", err, want)
+	}
+
+	ctx := testCtx(t)
+	block := make([]byte, 512)
+	for i := range block {
+		block[i] = byte(i*7 + 3)
+	}
+	// WRITE(10) of LBA 5 through A, READ(10) of it through B (SBC-3 §5.35, §5.15).
+	sa, sb := a.login(t), b.login(t)
+	for _, s := range []*initiator.Session{sa, sb} {
+		// each session's first command meets POWER ON OCCURRED
+		_, _ = s.Execute(ctx, &initiator.Command{CDB: make([]byte, 6)})
+	}
+	if r, err := sa.Execute(ctx, &initiator.Command{CDB: []byte{0x2A, 0, 0, 0, 0, 5, 0, 0, 1, 0}, DataOut: [][]byte{block}}); err != nil || r.Status != 0 {
+		t.Fatalf("WRITE through A: %v status %#x sense % x", err, r.Status, r.Sense)
+	}
+	got := make([]byte, 512)
+	if r, err := sb.Execute(ctx, &initiator.Command{CDB: []byte{0x28, 0, 0, 0, 0, 5, 0, 0, 1, 0}, DataIn: [][]byte{got}}); err != nil || r.Status != 0 {
+		t.Fatalf("READ through B: %v status %#x sense % x", err, r.Status, r.Sense)
+	}
+	if !bytes.Equal(got, block) {
+		t.Fatalf("B reads % x..., A wrote % x...", got[:8], block[:8])
 	}
 }

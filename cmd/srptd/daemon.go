@@ -204,7 +204,9 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 			_ = fb.Close()
 			return ferr(field+".path", "%s is not a block device (use backstore = \"file\")", st.path)
 		}
-		lock, err := lockImage(st.path, sec.ReadOnly)
+		// ALUA gateways on one host export one image together (one page
+		// cache keeps them coherent); any other srptd is kept off it.
+		lock, err := lockImage(st.path, sec.ReadOnly || d.cfg.ALUA != nil)
 		if err != nil {
 			_ = fb.Close()
 			return ferr(field+".path", "%v", err)
@@ -724,15 +726,17 @@ func (st *lunState) close(log *slog.Logger) {
 
 // lockImage takes a flock on a backstore file or device through a
 // descriptor of its own: exclusive for a writable LUN, shared for a
-// read-only one, so two srptd processes (or two LUNs) never write one
-// image. The lock lasts until the returned file is closed.
-func lockImage(path string, readOnly bool) (*os.File, error) {
+// read-only one or one exported by several ALUA gateways ([alua]), so two
+// srptd processes (or two LUNs) never write one image unless each is a
+// gateway of the same logical unit. The lock lasts until the returned file
+// is closed.
+func lockImage(path string, shared bool) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	how := unix.LOCK_EX
-	if readOnly {
+	if shared {
 		how = unix.LOCK_SH
 	}
 	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
