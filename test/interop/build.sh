@@ -40,6 +40,7 @@ PKGS=(
 	kmod iproute2 procps util-linux mount
 	rdma-core ibverbs-providers ibverbs-utils libibverbs1 librdmacm1 rdmacm-utils
 	fio sg3-utils libiscsi-bin lsscsi e2fsprogs tcpdump
+	multipath-tools
 )
 # Kernel modules for the guest (their dependencies come along).
 MODULES=(
@@ -48,6 +49,7 @@ MODULES=(
 	ib_srp scsi_transport_srp ib_srpt
 	target_core_mod target_core_iblock target_core_file
 	sd_mod sg crc32_generic crc32c_generic libcrc32c
+	dm_multipath dm_service_time dm_round_robin scsi_dh_alua
 )
 # Stage 1 loads these (in dependency order) to mount the root image.
 STAGE1_MODULES=(virtio_pci virtio_blk crc32c_generic ext4 overlay)

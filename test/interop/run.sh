@@ -31,7 +31,7 @@ export PATH=$PATH:/usr/local/go/bin
 
 # Enabled by default: the tests that pass reliably (about the others:
 # docs/INTEROP.md).
-DEFAULT_TESTS=(lio-baseline srpctl-lio srptd-siw tmf misbehave conformance perf verbs-rxe verbs-srpctl-lio verbs-perf rping)
+DEFAULT_TESTS=(lio-baseline srpctl-lio srptd-siw tmf misbehave multipath conformance perf verbs-rxe verbs-srpctl-lio verbs-perf rping)
 
 verbose=${GOSRP_INTEROP_VERBOSE:-0}
 tests=()

@@ -50,7 +50,9 @@ die() {
 # figure KEY VALUE: a number for run.sh's summary table.
 figure() { echo "$1=$2" >>"$RUN/figures"; log "figure $1=$2"; }
 
-# wait_for DECISECONDS CMD...: polls CMD until it succeeds.
+# wait_for DECISECONDS CMD...: polls CMD until it succeeds.  The arguments
+# are expanded once, by the caller: a condition on a command's output needs a
+# function, or eval '[ -z "$(cmd)" ]'.
 wait_for() {
 	local n=$1 i
 	shift
@@ -147,14 +149,16 @@ srp_login() {
 # The sg node of a disk: sg_of /dev/sdX -> /dev/sgN
 sg_of() { echo "/dev/$(ls "/sys/block/${1#/dev/}/device/scsi_generic/")"; }
 
-# srp_logout: deletes every SRP remote port and waits (30 s) until they are gone.
+# srp_logout: deletes every SRP remote port and waits (30 s) until they are
+# gone (ib_srp removes them from a work queue, after the delete returned).
 srp_logout() {
 	local p
 	for p in /sys/class/srp_remote_ports/*; do
 		[ -e "$p/delete" ] && echo 1 >"$p/delete"
 	done
-	wait_for 300 test -z "$(ls /sys/class/srp_remote_ports/ 2>/dev/null)"
+	wait_for 300 no_srp_ports
 }
+no_srp_ports() { [ -z "$(ls /sys/class/srp_remote_ports/ 2>/dev/null)" ]; }
 
 # fio_run NAME ARGS...: runs fio (bounded by timeout) on the options given,
 # prints its normal report, keeps the terse v3 line in /tmp/fio-NAME.terse.
@@ -203,27 +207,31 @@ TOML
 }
 
 # srptd_run CONFIG: starts srptd in the background on that TOML config (log
-# in $RUN/srptd.log), listening on $SRPTD_ADDR whatever the config says
-# (--listen), waits (60 s) for the login_info line it prints, and sets
-# SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.  When srptd has a --data-dir flag,
-# its data directory is on the guest's tmpfs.  SRPTD_BIN names another
-# build (srptd-verbs).
+# in $SRPTD_LOG, default $RUN/srptd.log), listening on $SRPTD_ADDR whatever
+# the config says (--listen), waits (60 s) for the login_info line it
+# prints, and sets SRPTD_PID, SRPTD_ID_EXT, SRPTD_IOC_GUID.  When srptd has a
+# --data-dir flag, its data directory is $SRPTD_DATA_DIR (default
+# /tmp/srptd-data, on the guest's tmpfs).  SRPTD_BIN names another build
+# (srptd-verbs).  A restart on the same data directory keeps the identity
+# (login string) and appends to the log.
 srptd_run() {
 	local i s bin=${SRPTD_BIN:-srptd} args=(--config "$1" --listen "$SRPTD_ADDR")
+	local slog=${SRPTD_LOG:-$RUN/srptd.log} data=${SRPTD_DATA_DIR:-/tmp/srptd-data} from
 	if timeout 10 "$bin" -h 2>&1 | grep -q -- '-data-dir'; then
-		mkdir -p /tmp/srptd-data && args+=(--data-dir /tmp/srptd-data)
+		mkdir -p "$data" && args+=(--data-dir "$data")
 	fi
-	: >"$RUN/srptd.log"
+	[ -e "$slog" ] || : >"$slog"
+	from=$(($(wc -l <"$slog") + 1))
 	log "$bin ${args[*]}"
-	"$bin" "${args[@]}" >>"$RUN/srptd.log" 2>&1 &
+	"$bin" "${args[@]}" >>"$slog" 2>&1 &
 	SRPTD_PID=$!
 	for ((i = 0; i < 600; i++)); do
-		s=$(grep -o 'login_info: id_ext=[0-9a-fA-Fx]*,ioc_guid=[0-9a-fA-Fx]*' "$RUN/srptd.log" | head -1)
+		s=$(tail -n +"$from" "$slog" | grep -o 'login_info: id_ext=[0-9a-fA-Fx]*,ioc_guid=[0-9a-fA-Fx]*' | head -1)
 		[ -n "$s" ] && break
-		kill -0 $SRPTD_PID 2>/dev/null || { log "srptd exited:"; cat "$RUN/srptd.log"; return 1; }
+		kill -0 $SRPTD_PID 2>/dev/null || { log "srptd exited:"; tail -n +"$from" "$slog"; return 1; }
 		sleep 0.1
 	done
-	[ -n "$s" ] || { log "srptd printed no login_info in 60 s:"; cat "$RUN/srptd.log"; return 1; }
+	[ -n "$s" ] || { log "srptd printed no login_info in 60 s:"; tail -n +"$from" "$slog"; return 1; }
 	SRPTD_ID_EXT=$(sed 's/.*id_ext=\(0x\)\{0,1\}\([0-9a-fA-F]*\),.*/\2/' <<<"$s")
 	SRPTD_IOC_GUID=$(sed 's/.*ioc_guid=\(0x\)\{0,1\}\([0-9a-fA-F]*\)$/\2/' <<<"$s")
 	log "srptd pid $SRPTD_PID on $SRPTD_ADDR: id_ext=$SRPTD_ID_EXT ioc_guid=$SRPTD_IOC_GUID"
@@ -244,7 +252,7 @@ srptd_stop() {
 	fi
 	wait "$SRPTD_PID"; rc=$?
 	SRPTD_PID=
-	! grep -q '^panic:\|^fatal error:' "$RUN/srptd.log" || { log "srptd panicked"; return 1; }
+	! grep -q '^panic:\|^fatal error:' "${SRPTD_LOG:-$RUN/srptd.log}" || { log "srptd panicked"; return 1; }
 	[ $rc = 0 ] || [ $rc = 143 ] || { log "srptd exited with status $rc"; return 1; }
 }
 

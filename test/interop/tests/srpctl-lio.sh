@@ -20,6 +20,6 @@ srpctl_lio_checks srpctl "id_ext=$guid,ioc_guid=$guid,dest=[$SIW_IP6]:$LIO_PORT"
 
 log "=== logout: no iWARP connection to LIO left open"
 conns() { ss -Htn state established "( sport = :$LIO_PORT or dport = :$LIO_PORT )"; }
-wait_for 100 test -z "$(conns)" && log "ok: no TCP connection on port $LIO_PORT" ||
+wait_for 100 eval '[ -z "$(conns)" ]' && log "ok: no TCP connection on port $LIO_PORT" ||
 	{ conns; fail "connections to LIO remain after every srpctl exited"; }
 finish

@@ -149,7 +149,7 @@ for i in 1 2 3 4 5; do
 	srp_logout || fail "logout $i of the loop"
 done
 # the target frees a channel's resources once its queue pair has drained
-wait_for 100 test "$(fds)" -le "$fd0"
+wait_for 100 eval '[ "$(fds)" -le "$fd0" ]'
 fd1=$(fds)
 figure srptd-fds "$fd0/$fd1"
 check "no file descriptors leaked over 5 logins ($fd0 before, $fd1 after)" test "$fd1" -le "$fd0"
@@ -200,7 +200,7 @@ for i in 1 2 3; do
 		check "use_srq: device checksum unchanged across logout/login ($sum1)" test "$sum1" = "$sum2"; }
 	srp_logout || fail "use_srq: logout $i of the loop"
 done
-wait_for 100 test "$(fds)" -le "$fd0"
+wait_for 100 eval '[ "$(fds)" -le "$fd0" ]'
 check "use_srq: no file descriptors leaked over 3 logins ($fd0 before, $(fds) after)" test "$(fds)" -le "$fd0"
 kill -TERM $SRPTD_PID
 wait_for 300 sh -c "! kill -0 $SRPTD_PID 2>/dev/null" || { kill -QUIT $SRPTD_PID; sleep 1; kill -KILL $SRPTD_PID; }
