@@ -173,16 +173,15 @@ path_back() { path_line "$1" | grep -q 'active ready'; }
 group_active() { group_of "$1" | grep -q 'status=active'; }
 
 log "=== fio randwrite + crc32c verify on /dev/mapper/$WWID, gateways killed and restarted"
-t_fio=$(cut -d' ' -f1 /proc/uptime)
 timeout 300 fio --name=mpath --filename="/dev/mapper/$WWID" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
 	--iodepth=16 --size=48M --rate_iops=$RATE --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_dump=1 \
-	--write_lat_log=/tmp/mpath --output-format=normal >/tmp/fio-mpath.out 2>&1 &
+	--write_lat_log=/tmp/mpath --log_unix_epoch=1 --output-format=normal >/tmp/fio-mpath.out 2>&1 &
 fio_pid=$!
 wait_for 100 moves "$SA" "$(writes "$SA")" || fail "fio writes do not reach A's path"
 sleep 2
 kill -0 $fio_pid 2>/dev/null || fail "fio ended before the kill of A"
 wb=$(writes "$SB")
-t_kill=$(cut -d' ' -f1 /proc/uptime)
+t_kill=$(cut -d' ' -f1 /proc/uptime) kill_epoch=$(date +%s%3N)
 gw_kill a
 wait_for 300 moves "$SB" "$wb" && log "ok: I/O moves to B's path" || fail "no write reached B within 30 s of A's death"
 t_moved=$(cut -d' ' -f1 /proc/uptime)
@@ -242,17 +241,16 @@ if grep -qiE 'verify: bad|crc32c: verify failed|bad magic' /tmp/fio-mpath.out; t
 	fail "fio verify found a block that does not hold what was acknowledged"
 fi
 
-# Completions of the write phase (ddir 1) from fio's latency log: ms since the
-# job started. The longest gap between two, and write IOPS per second.
+# Completions of the write phase (ddir 1) from fio's latency log, in ms since
+# the epoch (as kill_epoch): the longest gap between two, and write IOPS per
+# second after the kill.
 lat=$(ls /tmp/mpath_clat.*.log 2>/dev/null | head -1)
 if [ -n "$lat" ]; then
 	awk -F', *' '$3 == 1 { print $1 }' "$lat" | sort -n >/tmp/mpath-wt
-	gap=$(awk 'NR > 1 && $1 - p > g { g = $1 - p; at = p } { p = $1 } END { printf "%d %d", g, at }' /tmp/mpath-wt)
-	kill_ms=$(awk -v a="$t_fio" -v b="$t_kill" 'BEGIN { printf "%d", (b - a) * 1000 }')
-	log "longest pause in write completions: ${gap% *} ms, from ${gap#* } ms after fio started (A killed about $kill_ms ms after it)"
+	gap=$(awk -v k="$kill_epoch" 'NR > 1 && $1 - p > g { g = $1 - p; at = p - k } { p = $1 } END { printf "%d %d", g, at }' /tmp/mpath-wt)
+	log "longest pause in write completions: ${gap% *} ms, beginning ${gap#* } ms after A's kill"
 	figure mpath-stall-ms "${gap% *}"
-	# write completions per second in the 5 s after the kill
-	ips=$(awk -v k="$kill_ms" '$1 >= k && $1 < k + 5000 { n[int(($1 - k) / 1000)]++ } END { for (i = 0; i < 5; i++) printf "%d%s", n[i], (i < 4 ? "/" : "") }' /tmp/mpath-wt)
+	ips=$(awk -v k="$kill_epoch" '$1 >= k && $1 < k + 5000 { n[int(($1 - k) / 1000)]++ } END { for (i = 0; i < 5; i++) printf "%d%s", n[i], (i < 4 ? "/" : "") }' /tmp/mpath-wt)
 	log "write IOPS in the 5 s after A's kill: $ips (paced at $RATE)"
 	figure mpath-iops-after-kill "$ips"
 else
