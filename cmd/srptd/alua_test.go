@@ -123,6 +123,15 @@ func TestImageSharedByALUAGateways(t *testing.T) {
 	if want := "lun[0].path: " + img + " is in use by another srptd (or another LUN)"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("srptd without [alua]: err %v, want %q", err, want)
 	}
+	// --check agrees: a third gateway may open the image, an srptd
+	// without [alua] may not.
+	var out bytes.Buffer
+	if err := run(testCtx(t), []string{"-check", "-config", conf("[alua]\ngroup=3\nrelative_port=3\n"), "-data-dir", t.TempDir()}, &out, io.Discard, nil); err != nil || out.String() != "configuration OK\n" {
+		t.Errorf("--check of a third gateway: %v %q", err, out.String())
+	}
+	if err := run(testCtx(t), []string{"-check", "-config", conf(""), "-data-dir", t.TempDir()}, io.Discard, io.Discard, nil); err == nil || !strings.Contains(err.Error(), img+" is in use by another srptd") {
+		t.Errorf("--check without [alua]: %v", err)
+	}
 
 	ctx := testCtx(t)
 	block := make([]byte, 512)

@@ -190,7 +190,7 @@ func (d *daemon) checkLUN(field string, sec LUNSection, opened *[]lunFile) error
 	if bs := lunBlockSize(sec, fb); sec.Size == 0 && fb.Size() < int64(bs) {
 		return ferr(field+".path", "%s holds %d bytes, less than one %d-byte block", path, fb.Size(), bs)
 	}
-	lock, err := lockImage(path, sec.ReadOnly)
+	lock, err := lockImage(path, d.sharedImage(sec))
 	if err != nil {
 		return ferr(field+".path", "%v", err)
 	}

@@ -107,7 +107,8 @@ type LUNSection struct {
 }
 
 // ALUASection makes this srptd one gateway of several exporting the same
-// logical units (Ceph RBD images): its ports form one target port group with
+// logical units (Ceph RBD images, or file or device images on one host,
+// which gateways lock shared): its ports form one target port group with
 // an asymmetric access state, and REPORT TARGET PORT GROUPS also lists the
 // other gateways' groups (SPC-4 §5.11). Without it: group 0,
 // active/optimized, relative ports from 1.

@@ -204,9 +204,7 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 			_ = fb.Close()
 			return ferr(field+".path", "%s is not a block device (use backstore = \"file\")", st.path)
 		}
-		// ALUA gateways on one host export one image together (one page
-		// cache keeps them coherent); any other srptd is kept off it.
-		lock, err := lockImage(st.path, sec.ReadOnly || d.cfg.ALUA != nil)
+		lock, err := lockImage(st.path, d.sharedImage(sec))
 		if err != nil {
 			_ = fb.Close()
 			return ferr(field+".path", "%v", err)
@@ -747,6 +745,14 @@ func lockImage(path string, shared bool) (*os.File, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return f, nil
+}
+
+// sharedImage reports whether sec's file or device image is locked shared:
+// read-only, or exported by an ALUA gateway ([alua]), since the gateways of
+// one logical unit on one host export its image together (one page cache
+// keeps them coherent) while any other srptd is kept off it.
+func (d *daemon) sharedImage(sec LUNSection) bool {
+	return sec.ReadOnly || d.cfg.ALUA != nil
 }
 
 // closeStore flushes (backstore.Syncer) and closes a backstore.
