@@ -189,7 +189,8 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 	if s, ok := q.SRQ.(*srq); ok {
 		c.srq = s
 	}
-	c.br.idle = c.announce
+	c.br.idle = c.readerIdle
+	c.br.ready = c.handOff
 	c.rx.init()
 	c.tx.init(c)
 	return c

@@ -53,6 +53,35 @@ func (c *conn) reader() {
 	}
 }
 
+// readerIdle runs when the reader is about to wait for input. While Read
+// Responses are owed (RDMA Reads or completion fences on the wire) their
+// data is on its way, and the completion hook runs on the writer goroutine
+// (after the batch it was woken for) so that the consumer's work on what
+// has completed overlaps the placement of what is still arriving, as a
+// kernel consumer's completion handler runs in a workqueue while softirq
+// places the next segments. Otherwise the reader runs the hook itself.
+func (c *conn) readerIdle() {
+	if c.hook.Load() != nil && c.cqNew.Load() {
+		c.mu.Lock()
+		owed := c.orqLen > 0
+		c.mu.Unlock()
+		if owed {
+			c.kickWriter()
+			return
+		}
+	}
+	c.announce()
+}
+
+// handOff runs when a read found more input while completions wait for
+// the completion hook: the writer goroutine runs the hook while the reader
+// places the input, instead of the reader after it has drained the socket.
+func (c *conn) handOff() {
+	if c.hook.Load() != nil && c.cqNew.Load() {
+		c.kickWriter()
+	}
+}
+
 // violation builds the Terminate for the current FPDU's header.
 func (c *conn) violation(layer, typ, code uint8, hl int, detail string, args ...any) *termInfo {
 	t := &termInfo{Layer: layer, Type: typ, Code: code}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestRxReaderSplits streams FPDU-like records (a 4-byte header naming the
@@ -87,5 +89,164 @@ func TestRxReaderSplits(t *testing.T) {
 			t.Fatalf("after the stream: %v, want EOF", err)
 		}
 		c.Close()
+	}
+}
+
+// tcpPair returns both ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	s.SetDeadline(time.Now().Add(30 * time.Second))
+	return c.(*net.TCPConn), s.(*net.TCPConn)
+}
+
+// waitReadable waits until c has input queued.
+func waitReadable(t *testing.T, c *net.TCPConn) {
+	t.Helper()
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	rc.Control(func(fd uintptr) {
+		n, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10000)
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("socket not readable: %d, %v", n, err)
+	}
+}
+
+// TestRxReaderIdleOnlyBeforeWaiting: on a TCP socket the idle callback (the
+// completion hook) runs only when the reader would wait, ready when a read
+// found input at once; both the buffered and the readv path.
+func TestRxReaderIdleOnlyBeforeWaiting(t *testing.T) {
+	client, server := tcpPair(t)
+	b := newRxReader(server, 32<<10)
+	if b.rc == nil {
+		t.Fatal("no readv path on a TCP socket")
+	}
+	var idle, ready int
+	var onIdle func()
+	b.idle = func() {
+		idle++
+		if onIdle != nil {
+			onIdle()
+		}
+	}
+	b.ready = func() { ready++ }
+
+	// Input already queued: read without idle.
+	if _, err := client.Write([]byte("abcd")); err != nil {
+		t.Fatal(err)
+	}
+	waitReadable(t, server)
+	var p [4]byte
+	if _, err := io.ReadFull(b, p[:]); err != nil || string(p[:]) != "abcd" {
+		t.Fatalf("read %q, %v", p, err)
+	}
+	if idle != 0 || ready != 1 {
+		t.Fatalf("queued input: idle ran %d times, ready %d; want 0 and 1", idle, ready)
+	}
+
+	// Nothing queued: idle runs once, before the wait (it sends the input
+	// the reader then waits for).
+	onIdle = func() { client.Write([]byte("efgh")) }
+	if _, err := io.ReadFull(b, p[:]); err != nil || string(p[:]) != "efgh" {
+		t.Fatalf("read %q, %v", p, err)
+	}
+	if idle != 1 || ready != 1 {
+		t.Fatalf("empty socket: idle ran %d times, ready %d; want 1 and 1", idle, ready)
+	}
+
+	// The readv path: a payload larger than the buffer.
+	big := make([]byte, 100<<10)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	onIdle = func() { client.Write(append(append([]byte(nil), big...), "TRLR"...)) }
+	dst, tr := make([]byte, len(big)), make([]byte, 4)
+	if err := b.readPayload(dst, tr); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(dst, big) || string(tr) != "TRLR" {
+		t.Fatal("payload or trailer differs")
+	}
+	if idle < 2 {
+		t.Fatalf("idle ran %d times, want it before readPayload waited", idle)
+	}
+}
+
+// TestRxReaderAheadAfterLargePayload: after a payload of the buffer's size
+// or more, readPayload gathers only the next FPDU's header (rxAhead bytes)
+// into the buffer, so the next large payload is read into its own memory
+// rather than half through the buffer; after a smaller one it reads ahead
+// as far as the buffer holds.
+func TestRxReaderAheadAfterLargePayload(t *testing.T) {
+	client, server := tcpPair(t)
+	const bufSize = 32 << 10
+	b := newRxReader(server, bufSize)
+	record := func(n int) []byte {
+		r := make([]byte, 4+n+4)
+		r[0], r[1], r[2], r[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+		for i := range n {
+			r[4+i] = byte(i)
+		}
+		return r
+	}
+	read := func(n int) {
+		t.Helper()
+		var h [4]byte
+		if _, err := io.ReadFull(b, h[:]); err != nil {
+			t.Fatal(err)
+		}
+		if got := int(h[0])<<24 | int(h[1])<<16 | int(h[2])<<8 | int(h[3]); got != n {
+			t.Fatalf("record of %d bytes, want %d", got, n)
+		}
+		p := make([]byte, n)
+		if err := b.readPayload(p, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range p {
+			if p[i] != byte(i) {
+				t.Fatalf("byte %d of a %d-byte record differs", i, n)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		n        int
+		maxAhead int
+	}{{64 << 10, rxAhead}, {bufSize, rxAhead}, {12 << 10, bufSize}} {
+		// A large record, this one and another large one, all queued
+		// before the reads.
+		var stream []byte
+		stream = append(stream, record(64<<10)...)
+		stream = append(stream, record(tc.n)...)
+		stream = append(stream, record(64<<10)...)
+		if _, err := client.Write(stream); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+		read(64 << 10)
+		read(tc.n)
+		if got := b.w - b.r; got > tc.maxAhead {
+			t.Errorf("after a %d-byte payload: %d bytes buffered, want at most %d", tc.n, got, tc.maxAhead)
+		}
+		if tc.maxAhead > rxAhead && b.w-b.r <= rxAhead {
+			t.Errorf("after a %d-byte payload: %d bytes buffered, want a full read ahead", tc.n, b.w-b.r)
+		}
+		read(64 << 10)
 	}
 }
