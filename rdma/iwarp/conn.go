@@ -190,7 +190,6 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 		c.srq = s
 	}
 	c.br.idle = c.readerIdle
-	c.br.ready = c.handOff
 	c.rx.init()
 	c.tx.init(c)
 	return c

@@ -73,15 +73,6 @@ func (c *conn) readerIdle() {
 	c.announce()
 }
 
-// handOff runs when a read found more input while completions wait for
-// the completion hook: the writer goroutine runs the hook while the reader
-// places the input, instead of the reader after it has drained the socket.
-func (c *conn) handOff() {
-	if c.hook.Load() != nil && c.cqNew.Load() {
-		c.kickWriter()
-	}
-}
-
 // violation builds the Terminate for the current FPDU's header.
 func (c *conn) violation(layer, typ, code uint8, hl int, detail string, args ...any) *termInfo {
 	t := &termInfo{Layer: layer, Type: typ, Code: code}

@@ -13,37 +13,27 @@ import (
 // rxReader is the receive side's buffered reader (the subset of
 // bufio.Reader the reader goroutine uses) with one addition, readPayload:
 // a payload too large for the buffer is read with readv(2) straight into
-// the registered memory, its pad and CRC field and the start of the stream
-// after it gathered by the same system call. The next FPDU's header then
-// comes from the buffer: one system call per large FPDU and no copy of the
-// payload through the buffer.
-//
-// On a TCP socket every read is first tried without waiting; only when the
-// socket has nothing does idle run (the completion hook) before the reader
-// waits. A read that found input runs ready instead: completions queued so
-// far can go to another goroutine while this one places the input.
+// the registered memory, its pad and CRC field and as much of the stream
+// after it as the buffer holds gathered by the same system call. The next
+// FPDU's header then comes from the buffer: one system call per large FPDU
+// and no copy of the payload through the buffer.
 type rxReader struct {
 	rd   io.Reader
 	rc   syscall.RawConn // nil when rd is not a TCP socket: plain reads
 	buf  []byte
 	r, w int // buf[r:w] is buffered
 	err  error
-	// idle, if set, runs when every complete FPDU buffered has been
-	// handled and the reader is about to wait for input (on a TCP socket:
-	// the socket had nothing; otherwise before each read).
+	// idle, if set, runs before each read from the stream, when every
+	// complete FPDU buffered has been handled (the completion hook).
 	idle func()
-	// ready, if set, runs after a read from a TCP socket that found input
-	// without waiting.
-	ready func()
 
-	// The readv call's vector, result and callbacks, kept here so that
+	// The readv call's vector, result and callback, kept here so that
 	// nothing is allocated per FPDU.
 	iov    [3]unix.Iovec
 	niov   int
 	got    int
 	errno  syscall.Errno
-	readvF func(fd uintptr) bool // waits for input on EAGAIN
-	tryF   func(fd uintptr) bool // returns EAGAIN in errno
+	readvF func(fd uintptr) bool
 }
 
 // rxReadv enables the readv path (benchmarks compare without it).
@@ -62,7 +52,6 @@ func newRxReader(rd io.Reader, size int) *rxReader {
 		if rc, err := tc.SyscallConn(); err == nil {
 			b.rc = rc
 			b.readvF = b.readv
-			b.tryF = b.tryReadv
 		}
 	}
 	return b
@@ -79,12 +68,6 @@ func (b *rxReader) readv(fd uintptr) bool {
 	return e != unix.EAGAIN
 }
 
-// tryReadv is readv that never waits.
-func (b *rxReader) tryReadv(fd uintptr) bool {
-	b.readv(fd)
-	return true
-}
-
 // setIov points b.iov at the non-empty slices of bufs.
 func (b *rxReader) setIov(bufs ...[]byte) {
 	b.niov = 0
@@ -95,46 +78,6 @@ func (b *rxReader) setIov(bufs ...[]byte) {
 			b.niov++
 		}
 	}
-}
-
-// readRaw reads from the socket into b.iov[:b.niov] (at least one
-// non-empty slice): at once when there is input, else after idle, waiting
-// for it. It returns the bytes read (0 at the end of the stream).
-func (b *rxReader) readRaw() (int, error) {
-	err := b.rc.Read(b.tryF)
-	if err == nil && b.errno == unix.EAGAIN {
-		if b.idle != nil {
-			b.idle()
-		}
-		err = b.rc.Read(b.readvF)
-	} else if err == nil && b.errno == 0 && b.got > 0 && b.ready != nil {
-		b.ready()
-	}
-	got := b.got
-	if err == nil && b.errno != 0 {
-		err = os.NewSyscallError("readv", b.errno)
-	}
-	clear(b.iov[:])
-	if err != nil {
-		return 0, err
-	}
-	return got, nil
-}
-
-// read reads once from the stream into p (non-empty).
-func (b *rxReader) read(p []byte) (int, error) {
-	if b.rc == nil {
-		if b.idle != nil {
-			b.idle()
-		}
-		return b.rd.Read(p)
-	}
-	b.setIov(p)
-	n, err := b.readRaw()
-	if err == nil && n == 0 {
-		err = io.EOF
-	}
-	return n, err
 }
 
 // Size is the buffer size, bytes.
@@ -148,13 +91,16 @@ func (b *rxReader) readErr() error {
 
 // fill reads once into the free end of the buffer (compacted first).
 func (b *rxReader) fill() {
+	if b.idle != nil {
+		b.idle()
+	}
 	if b.r > 0 {
 		copy(b.buf, b.buf[b.r:b.w])
 		b.w -= b.r
 		b.r = 0
 	}
 	for i := 0; i < 100; i++ {
-		n, err := b.read(b.buf[b.w:])
+		n, err := b.rd.Read(b.buf[b.w:])
 		b.w += n
 		if err != nil {
 			b.err = err
@@ -178,7 +124,11 @@ func (b *rxReader) Read(p []byte) (int, error) {
 			return 0, b.readErr()
 		}
 		if len(p) >= len(b.buf) {
-			return b.read(p)
+			if b.idle != nil {
+				b.idle()
+			}
+			n, err := b.rd.Read(p)
+			return n, err
 		}
 		b.r, b.w = 0, 0
 		b.fill()
@@ -232,13 +182,21 @@ func (b *rxReader) readPayload(dst, tr []byte) error {
 	}
 	// The buffer is empty here.
 	b.r, b.w = 0, 0
+	if b.idle != nil {
+		b.idle()
+	}
 	end := len(b.buf)
 	if large {
 		end = rxAhead
 	}
 	for len(dst) > 0 || len(tr) > 0 {
 		b.setIov(dst, tr, b.buf[b.w:end])
-		got, err := b.readRaw()
+		err := b.rc.Read(b.readvF)
+		got := b.got
+		if err == nil && b.errno != 0 {
+			err = os.NewSyscallError("readv", b.errno)
+		}
+		clear(b.iov[:])
 		if err != nil {
 			return err
 		}

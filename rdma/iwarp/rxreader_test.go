@@ -7,8 +7,6 @@ import (
 	"net"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestRxReaderSplits streams FPDU-like records (a 4-byte header naming the
@@ -111,82 +109,6 @@ func tcpPair(t *testing.T) (client, server *net.TCPConn) {
 	t.Cleanup(func() { c.Close(); s.Close() })
 	s.SetDeadline(time.Now().Add(30 * time.Second))
 	return c.(*net.TCPConn), s.(*net.TCPConn)
-}
-
-// waitReadable waits until c has input queued.
-func waitReadable(t *testing.T, c *net.TCPConn) {
-	t.Helper()
-	rc, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	rc.Control(func(fd uintptr) {
-		n, err = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 10000)
-	})
-	if err != nil || n != 1 {
-		t.Fatalf("socket not readable: %d, %v", n, err)
-	}
-}
-
-// TestRxReaderIdleOnlyBeforeWaiting: on a TCP socket the idle callback (the
-// completion hook) runs only when the reader would wait, ready when a read
-// found input at once; both the buffered and the readv path.
-func TestRxReaderIdleOnlyBeforeWaiting(t *testing.T) {
-	client, server := tcpPair(t)
-	b := newRxReader(server, 32<<10)
-	if b.rc == nil {
-		t.Fatal("no readv path on a TCP socket")
-	}
-	var idle, ready int
-	var onIdle func()
-	b.idle = func() {
-		idle++
-		if onIdle != nil {
-			onIdle()
-		}
-	}
-	b.ready = func() { ready++ }
-
-	// Input already queued: read without idle.
-	if _, err := client.Write([]byte("abcd")); err != nil {
-		t.Fatal(err)
-	}
-	waitReadable(t, server)
-	var p [4]byte
-	if _, err := io.ReadFull(b, p[:]); err != nil || string(p[:]) != "abcd" {
-		t.Fatalf("read %q, %v", p, err)
-	}
-	if idle != 0 || ready != 1 {
-		t.Fatalf("queued input: idle ran %d times, ready %d; want 0 and 1", idle, ready)
-	}
-
-	// Nothing queued: idle runs once, before the wait (it sends the input
-	// the reader then waits for).
-	onIdle = func() { client.Write([]byte("efgh")) }
-	if _, err := io.ReadFull(b, p[:]); err != nil || string(p[:]) != "efgh" {
-		t.Fatalf("read %q, %v", p, err)
-	}
-	if idle != 1 || ready != 1 {
-		t.Fatalf("empty socket: idle ran %d times, ready %d; want 1 and 1", idle, ready)
-	}
-
-	// The readv path: a payload larger than the buffer.
-	big := make([]byte, 100<<10)
-	for i := range big {
-		big[i] = byte(i * 7)
-	}
-	onIdle = func() { client.Write(append(append([]byte(nil), big...), "TRLR"...)) }
-	dst, tr := make([]byte, len(big)), make([]byte, 4)
-	if err := b.readPayload(dst, tr); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(dst, big) || string(tr) != "TRLR" {
-		t.Fatal("payload or trailer differs")
-	}
-	if idle < 2 {
-		t.Fatalf("idle ran %d times, want it before readPayload waited", idle)
-	}
 }
 
 // TestRxReaderAheadAfterLargePayload: after a payload of the buffer's size
