@@ -23,7 +23,7 @@ command -v multipathd >/dev/null || skip "multipath-tools not in the guest image
 IMG=/tmp/mpath-lu0.img
 WWN=6001405c0a5c5e00000000000000a101 # the LU's NAA 6 designator, as udev and multipathd name it with a 3 before
 WWID=3$WWN
-RATE=700 # fio's pace, IOPS: 12288 writes take about 18 s, longer than the kills and restarts
+RATE=700 # fio's pace, IOPS: 16384 writes take about 23 s, longer than the kills and restarts
 declare -A ADDR=([a]=$SIW_IP:5556 [b]=$SIW_IP:5557) PID DISK RPORT
 
 siw_up || die "siw0 did not come up"
@@ -164,26 +164,27 @@ check "B's group prio 10 (active/non-optimized)" test "$pb" = 10
 check "A's group is the active one" grep -q 'status=active' <(group_of "$SA")
 check "B's group is enabled, not active" grep -q 'status=enabled' <(group_of "$SB")
 
-# writes DEV: writes completed on a disk (/sys/block/DEV/stat field 5).
-writes() { awk '{ print $5 }' "/sys/block/$1/stat"; }
-# moves DEV N: DEV completes writes beyond N.
-moves() { [ "$(writes "$1")" -gt "$2" ]; }
+# ios DEV: reads and writes completed on a disk (/sys/block/DEV/stat fields
+# 1 and 5; fio's verify pass reads).
+ios() { awk '{ print $1 + $5 }' "/sys/block/$1/stat"; }
+# moves DEV N: DEV completes I/Os beyond N.
+moves() { [ "$(ios "$1")" -gt "$2" ]; }
 path_failed() { path_line "$1" | grep -q 'failed'; }
 path_back() { path_line "$1" | grep -q 'active ready'; }
 group_active() { group_of "$1" | grep -q 'status=active'; }
 
 log "=== fio randwrite + crc32c verify on /dev/mapper/$WWID, gateways killed and restarted"
 timeout 300 fio --name=mpath --filename="/dev/mapper/$WWID" --direct=1 --ioengine=libaio --rw=randwrite --bs=4k \
-	--iodepth=16 --size=48M --rate_iops=$RATE --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_dump=1 \
+	--iodepth=16 --size=64M --rate_iops=$RATE --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_dump=1 \
 	--write_lat_log=/tmp/mpath --log_unix_epoch=1 --output-format=normal >/tmp/fio-mpath.out 2>&1 &
 fio_pid=$!
-wait_for 100 moves "$SA" "$(writes "$SA")" || fail "fio writes do not reach A's path"
+wait_for 100 moves "$SA" "$(ios "$SA")" || fail "fio's writes do not reach A's path"
 sleep 2
 kill -0 $fio_pid 2>/dev/null || fail "fio ended before the kill of A"
-wb=$(writes "$SB")
+wb=$(ios "$SB")
 t_kill=$(cut -d' ' -f1 /proc/uptime) kill_epoch=$(date +%s%3N)
 gw_kill a
-wait_for 300 moves "$SB" "$wb" && log "ok: I/O moves to B's path" || fail "no write reached B within 30 s of A's death"
+wait_for 300 moves "$SB" "$wb" && log "ok: I/O moves to B's path" || fail "no I/O reached B within 30 s of A's death"
 t_moved=$(cut -d' ' -f1 /proc/uptime)
 wait_for 300 path_failed "$SA" || fail "multipath does not show A's path failed within 30 s"
 ll=$(mp_ll)
@@ -195,7 +196,7 @@ t_restart=$(cut -d' ' -f1 /proc/uptime)
 kill -0 $fio_pid 2>/dev/null || fail "fio ended before A's restart"
 gw_start a || die "gateway A did not restart"
 wait_for 600 grep -qx running "${RPORT[a]}/state" || fail "ib_srp did not reconnect to A within 60 s ($(cat "${RPORT[a]}/state"))"
-wa=$(writes "$SA")
+wa=$(ios "$SA")
 if wait_for 600 path_back "$SA" && wait_for 300 group_active "$SA" && wait_for 100 moves "$SA" "$wa"; then
 	t_back=$(cut -d' ' -f1 /proc/uptime)
 	log "ok: A's path is back and its group active, I/O through A"
