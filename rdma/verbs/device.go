@@ -341,4 +341,5 @@ func (d *Device) Close() error {
 var (
 	_ rdma.Device     = (*Device)(nil)
 	_ rdma.Doorbeller = (*conn)(nil)
+	_ rdma.CQHook     = (*conn)(nil)
 )

@@ -13,8 +13,8 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/gosrp/gosrp/rdma"
 )
@@ -23,16 +23,23 @@ const recvBit = uint64(1) << 63
 
 // conn is one RC QP on an rdma_cm_id with its own CQ and completion channel.
 type conn struct {
-	d     *Device
-	id    *C.struct_rdma_cm_id
-	qp    *C.struct_ibv_qp
-	cq    *C.struct_ibv_cq
-	cch   *C.struct_ibv_comp_channel
-	cchF  *os.File
-	caps  rdma.Caps
-	local net.Addr
-	peer  net.Addr
-	srq   *srq // where its receives come from, or nil
+	d    *Device
+	id   *C.struct_rdma_cm_id
+	qp   *C.struct_ibv_qp
+	cq   *C.struct_ibv_cq
+	cch  *C.struct_ibv_comp_channel
+	cchF *os.File
+	// armed is set once ibv_req_notify_cq armed the CQ, cleared when the
+	// completion goroutine takes the event it raised. Guarded by mu.
+	armed C.int
+	// notify is Notify's channel (one token); hook is the CQHook.
+	notify  chan struct{}
+	hook    atomic.Pointer[func()]
+	polling atomic.Bool // a Poll waits on notify
+	caps    rdma.Caps
+	local   net.Addr
+	peer    net.Addr
+	srq     *srq // where its receives come from, or nil
 
 	cmEvents chan cmEvent
 
@@ -67,7 +74,7 @@ func (d *Device) newConn(id *C.struct_rdma_cm_id, cfg rdma.QPConfig) (*conn, err
 	send := pick(cfg.SendDepth, 256, d.lim.maxQPWR)
 	recv := pick(cfg.RecvDepth, 256, d.lim.maxQPWR)
 	sge := pick(cfg.MaxSGE, 16, d.lim.maxSGE)
-	c := &conn{d: d, id: id, cmEvents: make(chan cmEvent, 8), done: make(chan struct{})}
+	c := &conn{d: d, id: id, cmEvents: make(chan cmEvent, 8), done: make(chan struct{}), notify: make(chan struct{}, 1)}
 	var csrq *C.struct_ibv_srq
 	if cfg.SRQ != nil {
 		s, ok := cfg.SRQ.(*srq)
@@ -117,11 +124,15 @@ func (d *Device) newConn(id *C.struct_rdma_cm_id, cfg rdma.QPConfig) (*conn, err
 		undo()
 		return nil, err
 	}
-	C.gs_req_notify(c.cq)
+	if !c.d.cfg.BusyPoll {
+		C.gs_req_notify(c.cq)
+		c.armed = 1
+	}
 	d.mu.Lock()
 	d.conns[c] = struct{}{}
 	d.mu.Unlock()
 	d.setHandler(id, c.event)
+	go c.waitCQ()
 	return c, nil
 }
 
@@ -183,7 +194,7 @@ func (c *conn) fail(err error) {
 	}
 	c.mu.Unlock()
 	c.doneOnce.Do(func() { close(c.done) })
-	c.cchF.SetReadDeadline(time.Unix(1, 0))
+	c.signal()
 }
 
 func (c *conn) Close() error {
@@ -192,7 +203,9 @@ func (c *conn) Close() error {
 }
 
 // destroy frees the QP, CQ, channel and cm_id. Called once drained (from
-// Poll) or at Device.Close.
+// TryPoll or Poll) or at Device.Close. The completion goroutine ends: it
+// checks destroyed under mu before each call on the channel, and closing
+// cchF wakes it.
 func (c *conn) destroy() {
 	c.mu.Lock()
 	if c.destroyed {
@@ -204,6 +217,7 @@ func (c *conn) destroy() {
 	c.mu.Unlock()
 	c.doneOnce.Do(func() { close(c.done) })
 	c.d.setHandler(c.id, nil)
+	c.signal()
 	c.cchF.Close()
 	C.rdma_destroy_qp(c.id)
 	if c.srq != nil {
@@ -369,6 +383,7 @@ func (c *conn) convert(w rdma.SendWR, seq uint64, sges *[]C.struct_ibv_sge) (C.g
 	if w.Solicited {
 		g.flags |= C.IBV_SEND_SOLICITED
 	}
+	total := 0
 	for _, s := range w.Local {
 		if m, ok := s.MR.(*mr); ok && w.Op == rdma.OpRDMARead && m.access&(rdma.AccessLocalWrite|rdma.AccessRemoteWrite) == 0 {
 			return g, fmt.Errorf("%w: RDMA READ into a region without local write access", rdma.ErrInvalidWR)
@@ -378,6 +393,13 @@ func (c *conn) convert(w rdma.SendWR, seq uint64, sges *[]C.struct_ibv_sge) (C.g
 			return g, err
 		}
 		*sges = append(*sges, cs)
+		total += s.Length
+	}
+	if g.op <= 1 && total > 0 && total <= c.caps.MaxInline {
+		// A small SEND (an SRP_RSP, a login IU) is copied into the work
+		// queue entry at post time: the adapter reads no registered
+		// memory for it.
+		g.flags |= C.IBV_SEND_INLINE
 	}
 	return g, nil
 }
@@ -512,74 +534,144 @@ var wcStatus = map[C.uint32_t]rdma.Status{
 	C.IBV_WC_MW_BIND_ERR:        rdma.StatusLocalProtection,
 }
 
-// Poll returns completions; it sleeps on the completion channel (or spins
-// with Config.BusyPoll) when there are none. After the connection went down
-// and every outstanding work request has completed, it frees the QP and
-// returns rdma.ErrClosed.
+// TryPoll implements rdma.CQNotifier: it takes the completions on the CQ
+// now, up to 64 per call into the library. When it finds fewer than
+// len(out), it arms the CQ (ibv_req_notify_cq) unless armed already and
+// polls once more, so that a completion arriving after it returned raises
+// a completion channel event (arm, then poll again: the sequence
+// ibv_get_cq_event(3) gives to lose no completion).
+// After the connection went down and every outstanding work request has
+// completed, it frees the QP and returns rdma.ErrClosed.
+func (c *conn) TryPoll(out []rdma.Completion) (int, error) {
+	if len(out) == 0 {
+		return 0, nil
+	}
+	n, drained, err := c.pollOnce(out)
+	if drained {
+		c.destroy()
+		return 0, rdma.ErrClosed
+	}
+	return n, err
+}
+
+// Notify implements rdma.CQNotifier: the channel receives after a
+// completion channel event (with a hook set: only once the connection is
+// down) and when the connection goes down.
+func (c *conn) Notify() <-chan struct{} { return c.notify }
+
+// SetCQHook implements rdma.CQHook: fn runs on the connection's
+// completion goroutine each time it takes completion channel events (with
+// Config.BusyPoll: in its every turn), with no lock held.
+func (c *conn) SetCQHook(fn func()) { c.hook.Store(&fn) }
+
+// signal makes Notify's channel ready.
+func (c *conn) signal() {
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// announce tells the consumer there may be completions: the hook if one is
+// set, Notify's channel if not, or if the connection is down, or if a
+// Poll is waiting.
+func (c *conn) announce() {
+	h := c.hook.Load()
+	if h != nil {
+		(*h)()
+	}
+	if h == nil || c.polling.Load() || c.isClosing() {
+		c.signal()
+	}
+}
+
+func (c *conn) isClosing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// waitCQ is the connection's completion goroutine: it sleeps on the
+// completion channel's descriptor in Go's poller, takes every pending
+// event in one call (acknowledging them together) and announces them. With
+// Config.BusyPoll it announces in a loop instead. It ends once the
+// connection is destroyed.
+func (c *conn) waitCQ() {
+	raw, err := c.cchF.SyscallConn()
+	if err != nil {
+		c.fail(fmt.Errorf("verbs: completion channel: %w", err))
+		return
+	}
+	if c.d.cfg.BusyPoll {
+		for !c.isDestroyed() {
+			c.announce()
+			runtime.Gosched()
+		}
+		return
+	}
+	for {
+		stop := false
+		var cerr error
+		err := raw.Read(func(uintptr) bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.destroyed {
+				stop = true
+				return true
+			}
+			n := C.gs_cq_events(c.cch)
+			if n < 0 {
+				cerr = syscall.Errno(-n)
+				return true
+			}
+			if n > 0 {
+				c.armed = 0 // an event disarms the CQ
+			}
+			return n > 0
+		})
+		if stop || err != nil {
+			return // the descriptor was closed by destroy
+		}
+		if cerr != nil {
+			c.fail(fmt.Errorf("verbs: ibv_get_cq_event: %w", cerr))
+			return
+		}
+		c.announce()
+	}
+}
+
+func (c *conn) isDestroyed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.destroyed
+}
+
+// Poll returns completions; when there are none it waits for the
+// completion goroutine's announcement (or, with Config.BusyPoll, spins).
+// After the connection went down and every outstanding work request has
+// completed, it frees the QP and returns rdma.ErrClosed.
 func (c *conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 	if len(out) == 0 {
 		return 0, nil
 	}
-	stop := context.AfterFunc(ctx, func() { c.cchF.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
+	c.polling.Store(true)
+	defer c.polling.Store(false)
 	for {
-		n, drained, err := c.pollOnce(out)
+		n, err := c.TryPoll(out)
 		if n > 0 || err != nil {
 			return n, err
 		}
-		if drained {
-			c.destroy()
-			return 0, rdma.ErrClosed
-		}
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
 		if c.d.cfg.BusyPoll {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
 			runtime.Gosched()
 			continue
 		}
-		c.mu.Lock()
-		if c.destroyed {
-			c.mu.Unlock()
-			return 0, rdma.ErrClosed
-		}
-		C.gs_req_notify(c.cq)
-		c.mu.Unlock()
-		// Completions that arrived before the re-arm raise no event: look again.
-		if n, drained, err := c.pollOnce(out); n > 0 || err != nil || drained {
-			if drained && n == 0 {
-				c.destroy()
-				return 0, rdma.ErrClosed
-			}
-			return n, err
-		}
-		c.mu.Lock()
-		closing := c.closing
-		c.mu.Unlock()
-		if !closing {
-			c.cchF.SetReadDeadline(time.Time{})
-			if ctx.Err() != nil { // AfterFunc may have fired before the reset
-				return 0, ctx.Err()
-			}
-		}
-		werr := waitReadable(c.cchF, func() (bool, error) {
-			rc := C.gs_cq_event(c.cch)
-			if rc == C.EAGAIN {
-				return false, nil
-			}
-			if rc != 0 {
-				return true, syscall.Errno(rc)
-			}
-			return true, nil
-		})
-		if werr != nil && !errors.Is(werr, os.ErrDeadlineExceeded) {
-			c.mu.Lock()
-			destroyed := c.destroyed
-			c.mu.Unlock()
-			if destroyed {
-				return 0, rdma.ErrClosed
-			}
-			return 0, werr
+		select {
+		case <-c.notify:
+		case <-ctx.Done():
+			return 0, ctx.Err()
 		}
 	}
 }
@@ -590,7 +682,12 @@ func (c *conn) pollOnce(out []rdma.Completion) (n int, drained bool, err error) 
 	if c.destroyed {
 		return 0, false, rdma.ErrClosed
 	}
-	got := int(C.gs_poll(c.cq, &c.wcs[0], C.int(min(len(out), len(c.wcs)))))
+	var got int
+	if c.d.cfg.BusyPoll {
+		got = int(C.gs_poll(c.cq, &c.wcs[0], C.int(min(len(out), len(c.wcs)))))
+	} else {
+		got = int(C.gs_poll_arm(c.cq, &c.wcs[0], C.int(min(len(out), len(c.wcs))), &c.armed))
+	}
 	if got < 0 {
 		return 0, false, errors.New("verbs: ibv_poll_cq failed")
 	}
@@ -638,6 +735,11 @@ func (c *conn) pollOnce(out []rdma.Completion) (n int, drained bool, err error) 
 		}
 		out[i] = comp
 	}
-	drained = got == 0 && c.closing && c.sendDone == c.sendSeq && c.recvDone == c.recvSeq
-	return got, drained, nil
+	empty := c.sendDone == c.sendSeq && c.recvDone == c.recvSeq
+	if c.closing && empty && got > 0 {
+		// The last completions of a closing connection: the consumer
+		// comes back for rdma.ErrClosed.
+		c.signal()
+	}
+	return got, got == 0 && c.closing && empty, nil
 }

@@ -114,15 +114,36 @@ static inline int gs_poll(struct ibv_cq *cq, gs_wc *out, int n) {
 	return got;
 }
 
+// gs_poll_arm polls up to n completions; when it finds fewer and *armed
+// is 0 it arms cq for its next completion (ibv_req_notify_cq), sets
+// *armed, and polls again for the completions that arrived before the arm
+// raised no event. One crossing from Go for the common cases.
+static inline int gs_poll_arm(struct ibv_cq *cq, gs_wc *out, int n, int *armed) {
+	int got, more;
+	if (n > 64) n = 64;
+	got = gs_poll(cq, out, n);
+	if (got < 0 || got == n || *armed) return got;
+	if (ibv_req_notify_cq(cq, 0) != 0) return -1;
+	*armed = 1;
+	more = gs_poll(cq, out + got, n - got);
+	return more < 0 ? more : got + more;
+}
+
 static inline int gs_req_notify(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
 
-// gs_cq_event takes one completion channel event without blocking:
-// 0 = got one (acked), EAGAIN = none, else errno.
-static inline int gs_cq_event(struct ibv_comp_channel *ch) {
-	struct ibv_cq *cq; void *ctx;
-	if (ibv_get_cq_event(ch, &cq, &ctx) != 0) return errno;
-	ibv_ack_cq_events(cq, 1);
-	return 0;
+// gs_cq_events takes every completion channel event pending on ch without
+// blocking and acknowledges them together (ibv_ack_cq_events): the count
+// taken, 0 when none, or -errno.
+static inline int gs_cq_events(struct ibv_comp_channel *ch) {
+	struct ibv_cq *cq = NULL, *ev; void *ctx;
+	int n = 0;
+	while (ibv_get_cq_event(ch, &ev, &ctx) == 0) {
+		cq = ev;
+		n++;
+	}
+	if (n == 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+	ibv_ack_cq_events(cq, n);
+	return n;
 }
 
 static inline int gs_nonblock(int fd) {
