@@ -8,6 +8,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -41,6 +42,8 @@ func (d *Device) Register(buf []byte, access rdma.Access) (rdma.MemoryRegion, er
 		m.pin.Unpin()
 		return nil, fmt.Errorf("verbs: ibv_reg_mr of %d bytes failed (check `ulimit -l`)", len(buf))
 	}
+	m.lk = uint32(m.mr.lkey)
+	m.live.Store(true)
 	d.mrs[m] = struct{}{}
 	return m, nil
 }
@@ -50,7 +53,11 @@ type mr struct {
 	buf    []byte
 	access rdma.Access
 	pin    runtime.Pinner
-	mr     *C.struct_ibv_mr // nil after Deregister
+	mr     *C.struct_ibv_mr // nil after Deregister; guarded by d.mu
+	// lk is the local key, read on the data path without d.mu while
+	// live says the region is registered.
+	lk   uint32
+	live atomic.Bool
 }
 
 func (m *mr) Bytes() []byte       { return m.buf }
@@ -63,12 +70,10 @@ func (m *mr) LKey() uint32 {
 
 // lkey returns the local key, or false once deregistered.
 func (m *mr) lkey() (uint32, bool) {
-	m.d.mu.Lock()
-	defer m.d.mu.Unlock()
-	if m.mr == nil {
+	if !m.live.Load() {
 		return 0, false
 	}
-	return uint32(m.mr.lkey), true
+	return m.lk, true
 }
 func (m *mr) RKey() uint32 {
 	m.d.mu.Lock()
@@ -89,6 +94,7 @@ func (m *mr) deregLocked() error {
 	if m.mr == nil {
 		return rdma.ErrDeregistered
 	}
+	m.live.Store(false)
 	rc := C.ibv_dereg_mr(m.mr)
 	m.mr = nil
 	m.pin.Unpin()
