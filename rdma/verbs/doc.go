@@ -13,8 +13,14 @@
 // Model: a Device is one protection domain (ibv_pd) on one RDMA device, plus
 // one RDMA/CM event channel. Listen and Dial create RC queue pairs on
 // rdma_cm_ids bound to that device; each connection has its own completion
-// queue and completion channel, waited on through Go's network poller (the
-// channel's file descriptor is non-blocking), so Poll honours its context.
+// queue and completion channel. A goroutine per connection waits on the
+// channel through Go's network poller (its file descriptor is
+// non-blocking), takes every pending event in one call and runs the
+// consumer's completion hook (rdma.CQHook) on the spot, or signals
+// Notify (rdma.CQNotifier) and a waiting Poll, which honours its context.
+// TryPoll takes up to 64 completions per call into the library and, when
+// it drains the CQ, re-arms it and polls once more in the same call.
+// SENDs that fit the QP's max_inline_data are posted IBV_SEND_INLINE.
 // DeviceFor names the device RDMA/CM routes an address through, for
 // initiators that open the device their target is reached by.
 //
@@ -25,7 +31,8 @@
 // library does not say when the adapter takes a buffer from the SRQ, so a
 // buffer counts against the depth (and in Posted) until its completion is
 // polled. SRQ.Close succeeds once every QP on it is destroyed, that is once
-// its connection was closed and drained by Poll (or at Device.Close).
+// its connection was closed and drained by Poll or TryPoll (or at
+// Device.Close).
 //
 // Memory passed to Register stays pinned (runtime.Pinner) until Deregister,
 // as the cgo rules require for memory the adapter keeps using.
