@@ -350,7 +350,12 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 		c.turn.Unlock()
 	}
 	down := conn.Done()
-	for c.state != stateDisconnected {
+	// c.state belongs to whoever holds the turn (the hook may change it
+	// while the loop waits), so the loop reads it only with the turn held.
+	c.turn.Lock()
+	stop := c.state == stateDisconnected
+	c.turn.Unlock()
+	for !stop {
 		select {
 		case <-notify:
 			c.turn.Lock()
@@ -382,6 +387,7 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 			}
 		}
 		c.endTurn()
+		stop = c.state == stateDisconnected
 		c.turn.Unlock()
 	}
 }
