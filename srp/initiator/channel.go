@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -263,6 +264,7 @@ func (ch *channel) setup() error {
 	for i := range ch.reqs {
 		r := &ch.reqs[i]
 		r.ch, r.idx = ch, i
+		r.gen = rand.Uint32() // see Session.tagTop
 		r.iuOff = i * ch.maxIT
 		r.iu = ch.sendMR.Bytes()[r.iuOff : r.iuOff+ch.maxIT : r.iuOff+ch.maxIT]
 		r.sge[0] = rdma.SGE{MR: ch.sendMR, Offset: r.iuOff}
@@ -548,7 +550,7 @@ func (ch *channel) receiveRsp(b []byte) {
 	ch.mu.Lock()
 	ch.addCredits(int32(q.ReqLimDelta))
 	idx := int(tag & 0xffff)
-	if tag>>48 != uint64(ch.idx) || idx >= len(ch.reqs) || ch.reqs[idx].tag != tag || !ch.reqs[idx].active {
+	if tag>>48&0xff != uint64(ch.idx) || idx >= len(ch.reqs) || ch.reqs[idx].tag != tag || !ch.reqs[idx].active {
 		ch.mu.Unlock()
 		ch.log.Warn("srp: SRP_RSP for unknown tag", "tag", tag)
 		return
@@ -607,15 +609,15 @@ func (ch *channel) returnCredit() {
 	ch.mu.Unlock()
 }
 
-// activate gives r a fresh tag: channel in bits 48..55, generation in
-// 16..47, slot in 0..15. A late response to an earlier use of the slot no
-// longer matches.
+// activate gives r a fresh tag: the session's random byte (tagTop) in
+// bits 56..63, channel in 48..55, generation in 16..47, slot in 0..15. A
+// late response to an earlier use of the slot no longer matches.
 func (r *request) activate(refs int32) {
 	ch := r.ch
 	ch.mu.Lock()
 	r.gen++
 	r.reset = false
-	r.tag = uint64(ch.idx)<<48 | uint64(r.gen)<<16 | uint64(r.idx)
+	r.tag = ch.s.tagTop | uint64(ch.idx)<<48 | uint64(r.gen)<<16 | uint64(r.idx)
 	r.active = true
 	select {
 	case <-r.done:

@@ -902,3 +902,44 @@ func TestLoginMulti(t *testing.T) {
 		}
 	}
 }
+
+// Two sessions of one initiator port that share the I_T nexus (JoinNexus,
+// as two srpctl processes on one host) must not send the same tags: the
+// target refuses a tag another command of the nexus holds with
+// OVERLAPPED COMMANDS ATTEMPTED.
+func TestJoinedSessionsTagsDiffer(t *testing.T) {
+	net := loopback.NewNetwork()
+	ft := newFakeTarget(t, net)
+	var ss []*Session
+	for i, join := range []bool{false, true} {
+		o := Options{Dest: ft.addr(), IDExt: 0x0002c90300a1b2c3, IOCGUID: 0x0002c90300a1b2c3, InitiatorExt: 1, InitiatorGUID: 0x1122334455667788, ChCount: 2, JoinNexus: join}
+		dev := net.NewDevice(fmt.Sprintf("initiator%d", i))
+		t.Cleanup(func() { dev.Close() })
+		s, err := Dial(testCtx(t), dev, o)
+		if err != nil {
+			t.Fatalf("Dial: %v", err)
+		}
+		t.Cleanup(func() { s.Close() })
+		ss = append(ss, s)
+	}
+	ctx := testCtx(t)
+	for range 8 {
+		for _, s := range ss {
+			if err := s.TestUnitReady(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	seen := map[uint64]bool{}
+	for _, c := range ft.cmds {
+		if seen[c.Tag] {
+			t.Fatalf("tag %#x sent twice by the two sessions (%d commands)", c.Tag, len(ft.cmds))
+		}
+		seen[c.Tag] = true
+	}
+	if len(seen) != 16 {
+		t.Fatalf("%d distinct tags, want 16", len(seen))
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,13 @@ type Session struct {
 	// with MULTI and share the nexus, instead of taking it back with
 	// SINGLE and so logging the other session out in turn, forever.
 	nexusTaken atomic.Bool
+	// tagTop is bits 56..63 of every tag the session sends, random per
+	// session. Sessions of one initiator port that share the I_T nexus
+	// (JoinNexus: several processes on one host) cannot coordinate their
+	// tags, and a target refuses a tag another command of the nexus still
+	// holds (OVERLAPPED COMMANDS ATTEMPTED); with this byte and the random
+	// first generation of each slot, their tags do not meet in practice.
+	tagTop uint64
 
 	mu      sync.Mutex
 	state   State
@@ -84,7 +92,8 @@ func Dial(ctx context.Context, dev rdma.Device, opts Options) (*Session, error) 
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	s := &Session{dev: dev, opts: opts, clock: opts.Clock, log: opts.Logger, wake: make(chan struct{}), closed: make(chan struct{})}
+	s := &Session{dev: dev, opts: opts, clock: opts.Clock, log: opts.Logger, wake: make(chan struct{}), closed: make(chan struct{}),
+		tagTop: uint64(rand.Uint32N(256)) << 56}
 	chans, err := s.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -334,7 +343,7 @@ func (s *Session) TaskManagement(ctx context.Context, fn srp.TMF, lun, taskTag u
 	chans := s.chans
 	s.mu.Unlock()
 	if fn == srp.TMFAbortTask {
-		if i := int(taskTag >> 48); i < len(chans) {
+		if i := int(taskTag >> 48 & 0xff); i < len(chans) {
 			ch = chans[i]
 		}
 	}
