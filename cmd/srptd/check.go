@@ -55,12 +55,14 @@ func checkStart(ctx context.Context, cfg *Config, org origin, dataDir, pprof str
 			add(fmt.Errorf("--pprof: %w", err))
 		}
 	}
-	socket := cfg.Admin.Socket
-	if socket == "" && dataDir != "" && len(filepath.Join(dataDir, "srptd.sock")) <= maxSocketPath {
-		socket = filepath.Join(dataDir, "srptd.sock")
-	}
-	if socket != "" {
-		add(checkAdminSocket(socket))
+	if socket := cfg.Admin.Socket; socket != "" {
+		if err := checkAdminSocket(socket, dataDir); err != nil {
+			add(ferr("admin.socket", "%v", err))
+		}
+	} else if socket := filepath.Join(dataDir, "srptd.sock"); dataDir != "" && len(socket) <= maxSocketPath {
+		if err := checkAdminSocket(socket, dataDir); err != nil {
+			add(fmt.Errorf("admin socket %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -259,23 +261,36 @@ func checkFree(a, field string) error {
 	return l.Close()
 }
 
-// checkAdminSocket: path is free, or a socket left over from an earlier
-// run (startAdmin replaces it), never a file or a socket another srptd
-// answers on.
-func checkAdminSocket(path string) error {
+// checkAdminSocket: path is free in a directory srptd may write (or in
+// the data directory, which a start creates), or a socket left over from
+// an earlier run (startAdmin replaces it), never a file or a socket another
+// srptd answers on. The error does not name path's key.
+func checkAdminSocket(path, dataDir string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
+		if abs, err := filepath.Abs(path); err == nil && dataDir != "" && filepath.Dir(abs) == dataDir {
+			return nil // checkDataDir covers it
+		}
+		dir := filepath.Dir(path)
+		if fi, err := os.Stat(dir); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		} else if !fi.IsDir() {
+			return fmt.Errorf("%s: %s is not a directory", path, dir)
+		}
+		if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
+			return fmt.Errorf("%s cannot be created: %s: %w", path, dir, err)
+		}
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("admin socket %s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("admin socket %s: exists and is not a unix socket", path)
+		return fmt.Errorf("%s: exists and is not a unix socket", path)
 	}
 	if c, err := net.Dial("unix", path); err == nil {
 		c.Close()
-		return fmt.Errorf("admin socket %s: another srptd is serving this admin socket", path)
+		return fmt.Errorf("%s: another srptd is serving this admin socket", path)
 	}
 	return nil
 }

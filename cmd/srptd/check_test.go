@@ -39,6 +39,8 @@ func TestCheckOpensWhatStartOpens(t *testing.T) {
 		{"address twice", "[[port]]\nlisten = [\"127.0.0.1:5599\"]\n[[port]]\nlisten = [\"127.0.0.1:5599\"]\n", "srptd.toml:4: port[1].listen: 127.0.0.1:5599 is listed twice (also in port[0].listen)"},
 		{"address in use", "[[port]]\nlisten = [\"" + busy.Addr().String() + "\"]\n", "srptd.toml:2: port[0].listen: " + busy.Addr().String() + ": "},
 		{"metrics in use", port + "[metrics]\nlisten = \"" + busy.Addr().String() + "\"\n", "srptd.toml:4: metrics.listen: listen tcp " + busy.Addr().String() + ": bind: address already in use"},
+		{"admin socket directory missing", port + "[admin]\nsocket = \"" + filepath.Join(dir, "no", "srptd.sock") + "\"\n", "srptd.toml:4: admin.socket: " + filepath.Join(dir, "no", "srptd.sock") + ": stat " + filepath.Join(dir, "no") + ": no such file or directory"},
+		{"admin socket path too long", port + "[admin]\nsocket = \"/" + strings.Repeat("a", 120) + "\"\n", "srptd.toml:4: admin.socket: 121 bytes, longer than the 107 a unix socket path can have"},
 	} {
 		cfg := writeConfig(t, tc.cfg)
 		var out bytes.Buffer

@@ -484,6 +484,9 @@ func (c *Config) validate() error {
 			return ferr("metrics.listen", "%v", err)
 		}
 	}
+	if n := len(c.Admin.Socket); n > maxSocketPath {
+		return ferr("admin.socket", "%d bytes, longer than the %d a unix socket path can have", n, maxSocketPath)
+	}
 	if err := c.targetConfig(0).Validate(); err != nil {
 		// target.Config errors name the key ("max_rsp_size: ...").
 		k, msg, ok := strings.Cut(err.Error(), ": ")

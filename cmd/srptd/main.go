@@ -85,6 +85,7 @@ func applyFlags(c *Config, o *options) error {
 	}
 	if o.admin != "" {
 		c.Admin.Socket = o.admin
+		c.flagged["admin.socket"] = "--admin"
 	}
 	if o.metrics != "" {
 		c.Metrics.Listen = o.metrics
