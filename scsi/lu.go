@@ -289,9 +289,34 @@ func printable(s string) bool {
 // then up to 17 hex digits of the serial. Without a serial, digits come
 // from a hash of the backstore's identity.
 func naaFromSerial(serial string, bs any) [16]byte {
+	digits := hexDigits(serial)
+	if len(digits) == 0 {
+		h := sha256.Sum256(fmt.Appendf(nil, "%p", bs))
+		for _, b := range h[:13] {
+			digits = append(digits, b>>4, b&0xF)
+		}
+	}
+	return naa6(digits)
+}
+
+// NAAFromSerial returns the NAA 6 designator (VPD page 83h) of a logical
+// unit with this unit serial number and no LUConfig.NAA. Only the serial's
+// first 17 hex digits count, so serials that differ elsewhere give one
+// designator. ok is false for a serial without hex digits: the designator
+// then derives from the backstore and is unique.
+func NAAFromSerial(serial string) (naa [16]byte, ok bool) {
+	digits := hexDigits(serial)
+	if len(digits) == 0 {
+		return naa, false
+	}
+	return naa6(digits), true
+}
+
+// hexDigits returns the values of the hex digits in s, in order.
+func hexDigits(s string) []byte {
 	var digits []byte
-	for i := 0; i < len(serial); i++ {
-		c := serial[i]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		switch {
 		case c >= '0' && c <= '9':
 			digits = append(digits, c-'0')
@@ -301,12 +326,11 @@ func naaFromSerial(serial string, bs any) [16]byte {
 			digits = append(digits, c-'A'+10)
 		}
 	}
-	if len(digits) == 0 {
-		h := sha256.Sum256(fmt.Appendf(nil, "%p", bs))
-		for _, b := range h[:13] {
-			digits = append(digits, b>>4, b&0xF)
-		}
-	}
+	return digits
+}
+
+// naa6 builds the designator from up to 17 digits.
+func naa6(digits []byte) [16]byte {
 	var n [16]byte
 	// Nibbles: 6 (NAA), 0,0,1,4,0,5 (OUI), then 17 nibbles (bytes 3..11) of
 	// VENDOR SPECIFIC IDENTIFIER; the 4-byte extension (12..15) stays zero.
@@ -323,6 +347,9 @@ func naaFromSerial(serial string, bs any) [16]byte {
 	}
 	return n
 }
+
+// NAA returns the logical unit's NAA 6 designator (VPD page 83h).
+func (lu *LogicalUnit) NAA() [16]byte { return lu.naa }
 
 func (lu *LogicalUnit) logger() *slog.Logger { return lu.log.Load() }
 

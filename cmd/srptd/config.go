@@ -454,6 +454,7 @@ func (c *Config) validate() error {
 		return ferr("alua.relative_port", "%d ports from %d pass 65535", len(c.Ports), c.ALUA.relativePort(0))
 	}
 	luns := map[uint64]bool{}
+	naas, serials := map[[16]byte]int{}, map[string]int{}
 	for i, l := range c.LUNs {
 		f := fmt.Sprintf("lun[%d]", i)
 		if err := validateLUN(f, l); err != nil {
@@ -463,6 +464,18 @@ func (c *Config) validate() error {
 			return ferr(f+".lun", "LUN %d used twice", *l.LUN)
 		}
 		luns[*l.LUN] = true
+		if l.Serial != "" {
+			if j, dup := serials[l.Serial]; dup {
+				return ferr(f+".serial", "%q is the serial of lun[%d] already (VPD 80h; each logical unit needs its own)", l.Serial, j)
+			}
+			serials[l.Serial] = i
+		}
+		if naa, key, ok := configuredNAA(l); ok {
+			if j, dup := naas[naa]; dup {
+				return ferr(f+key, "gives LUN %d the NAA designator %x (VPD 83h) of lun[%d]: initiators and multipath would take the two for one disk; set another %s", *l.LUN, naa, j, key[1:])
+			}
+			naas[naa] = i
+		}
 	}
 	acls := map[string]bool{}
 	for i, a := range c.ACLs {
@@ -754,6 +767,18 @@ func parseGUID(s string) (uint64, error) {
 		return 0, fmt.Errorf("%q: want 16 hex digits (optionally xxxx:xxxx:xxxx:xxxx)", s)
 	}
 	return g, nil
+}
+
+// configuredNAA returns the NAA designator l's serial or wwn sets, and the
+// key (".wwn" or ".serial") that sets it; ok is false when neither does (a
+// generated serial, or one without hex digits, is unique).
+func configuredNAA(l LUNSection) (naa [16]byte, key string, ok bool) {
+	if l.WWN != "" {
+		naa, err := parseWWN(l.WWN)
+		return naa, ".wwn", err == nil
+	}
+	naa, ok = scsi.NAAFromSerial(l.Serial)
+	return naa, ".serial", ok
 }
 
 func parseWWN(s string) ([16]byte, error) {

@@ -275,6 +275,20 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 		st.release()
 		return ferr(field, "%v", err)
 	}
+	for _, m := range slices.Sorted(maps.Keys(d.luns)) {
+		if st.serial != "" && d.luns[m].serial == st.serial {
+			st.release()
+			return ferr(field+".serial", "%q is the serial of LUN %d already (VPD 80h; each logical unit needs its own)", st.serial, m)
+		}
+		if d.luns[m].lu.NAA() == lu.NAA() {
+			st.release()
+			k := ".serial"
+			if sec.WWN != "" {
+				k = ".wwn"
+			}
+			return ferr(field+k, "gives LUN %d the NAA designator %x (VPD 83h) of LUN %d: initiators and multipath would take the two for one disk; set another %s", n, lu.NAA(), m, k[1:])
+		}
+	}
 	st.lu = lu
 	if err := d.core.AddLUN(n, lu); err != nil {
 		st.release()

@@ -393,6 +393,31 @@ func TestAdminErrorTexts(t *testing.T) {
 	}
 }
 
+// TestAdminLUNIdentityUnique: a LUN added at run time may not present the
+// unit serial number or the NAA designator of a running one.
+func TestAdminLUNIdentityUnique(t *testing.T) {
+	dr := launch(t, "-data-dir", t.TempDir(), "-listen", "127.0.0.1:0")
+	if code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "ram", "size": "1MiB", "serial": "abc1"}, nil); code != 200 && code != 201 {
+		t.Fatalf("add LUN 1: %d %s", code, body)
+	}
+	for _, tc := range []struct {
+		body map[string]any
+		want string
+	}{
+		{map[string]any{"lun": 2, "backstore": "ram", "size": "1MiB", "serial": "abc1"}, `lun.serial: \"abc1\" is the serial of LUN 1 already`},
+		{map[string]any{"lun": 2, "backstore": "ram", "size": "1MiB", "serial": "x-abc1"}, "lun.serial: gives LUN 2 the NAA designator 6001405abc1000000000000000000000 (VPD 83h) of LUN 1"},
+		{map[string]any{"lun": 2, "backstore": "ram", "size": "1MiB", "wwn": "6001405abc1000000000000000000000"}, "lun.wwn: gives LUN 2 the NAA designator"},
+	} {
+		code, body := dr.admin(t, "POST", "/luns", tc.body, nil)
+		if code != 400 || !strings.Contains(body, tc.want) {
+			t.Errorf("%v: %d %s, want 400 with %q", tc.body, code, body, tc.want)
+		}
+	}
+	if code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 2, "backstore": "ram", "size": "1MiB", "serial": "abc2"}, nil); code != 200 && code != 201 {
+		t.Fatalf("add LUN 2: %d %s", code, body)
+	}
+}
+
 // TestImageLockedAcrossDaemons: a second srptd (another data directory)
 // exporting an image the first serves writable is refused; read-only
 // exports share an image.
