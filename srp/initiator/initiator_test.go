@@ -549,6 +549,16 @@ func TestParseTarget(t *testing.T) {
 	if _, err := ParseTarget("id_ext=1,ioc_guid=2,dest=192.0.2.1:5555,bogus=1"); err == nil {
 		t.Error("unknown key accepted")
 	}
+	// The range is given in queue_size's terms, not the channel's (two more).
+	for _, q := range []string{"1", "65528"} {
+		want := "srp initiator: queue_size " + q + " out of range 2..65527"
+		if _, err := ParseTarget("id_ext=1,ioc_guid=2,dest=192.0.2.1:5555,queue_size=" + q); err == nil || err.Error() != want {
+			t.Errorf("queue_size=%s: %v, want %q", q, err, want)
+		}
+	}
+	if o, err := ParseTarget("id_ext=1,ioc_guid=2,dest=192.0.2.1:5555,queue_size=65527"); err != nil || o.QueueSize != 65529 {
+		t.Errorf("queue_size=65527: %v, QueueSize %d", err, o.QueueSize)
+	}
 }
 
 // TestParseTargetRefusesIBCM: the InfiniBand CM keys are refused with an

@@ -292,7 +292,13 @@ func FromTargetOptions(t *srp.TargetOptions) (Options, error) {
 		MaxSect: t.MaxSect, Transport: t.Transport,
 	}
 	if t.Has("queue_size") {
-		o.QueueSize = t.QueueSize + tmfReserve + rspSQSize
+		// Checked here, in the string's terms: validate would name the
+		// channel's size, two more than the queue_size given.
+		const extra = tmfReserve + rspSQSize
+		if q := t.QueueSize + extra; q < 4 || q > maxQueueSize {
+			return Options{}, fmt.Errorf("srp initiator: queue_size %d out of range %d..%d", t.QueueSize, 4-extra, maxQueueSize-extra)
+		}
+		o.QueueSize = t.QueueSize + extra
 	}
 	if !t.Has("ch_count") {
 		o.ChCount = AutoChCount()
