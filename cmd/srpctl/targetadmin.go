@@ -369,17 +369,30 @@ the change across restarts.`,
 	_ = add.MarkFlagRequired("lun")
 	remove := &cobra.Command{
 		Use:   "remove LUN",
-		Short: "detach a logical unit and close its backstore (the data stays)",
+		Short: "detach a logical unit and close its backstore (a file, device or RBD image keeps its data; a RAM backstore's is freed)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			n, err := strconv.ParseUint(args[0], 10, 64)
 			if err != nil || n > 16383 {
 				return fmt.Errorf("%q is not a LUN number 0..16383", args[0])
 			}
+			// The backstore's kind, for the message: a RAM LUN's data
+			// goes with it.
+			ram := false
+			var luns []adminapi.LUN
+			if _, err := a.call(cmd.Context(), "GET", adminapi.PathLUNs, nil, &luns); err == nil {
+				for _, l := range luns {
+					ram = ram || l.LUN == n && l.Backstore == "ram"
+				}
+			}
 			if _, err := a.call(cmd.Context(), "DELETE", adminapi.PathLUNs+"/"+args[0], nil, nil); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed LUN %d (backstore flushed and closed; its data stays)\n", n)
+			if ram {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed LUN %d (RAM backstore freed; its data is gone)\n", n)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "removed LUN %d (backstore flushed and closed; its data stays)\n", n)
+			}
 			return nil
 		},
 	}

@@ -215,8 +215,12 @@ func TestTargetAdmin(t *testing.T) {
 	if out := run("acl", "remove", "0002:c903:0000:1234"); out != "removed the ACL of 0002:c903:0000:1234\n" {
 		t.Errorf("acl remove printed %q", out)
 	}
-	if out := run("lun", "remove", "3"); !strings.HasPrefix(out, "removed LUN 3 ") {
+	if out := run("lun", "remove", "3"); out != "removed LUN 3 (backstore flushed and closed; its data stays)\n" {
 		t.Errorf("lun remove printed %q", out)
+	}
+	run("lun", "add", "--lun", "4", "--backstore", "ram", "--size", "1MiB")
+	if out := run("lun", "remove", "4"); out != "removed LUN 4 (RAM backstore freed; its data is gone)\n" {
+		t.Errorf("lun remove of a RAM LUN printed %q", out)
 	}
 	if out := run("save"); out != "saved "+filepath.Join(data, "srptd.toml")+"\n" {
 		t.Fatalf("save: %q", out)
