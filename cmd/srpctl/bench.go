@@ -85,7 +85,7 @@ func newBenchCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bs64, err := parseSize(bsStr)
 			if err != nil {
-				return err
+				return fmt.Errorf("--bs: %w", err)
 			}
 			bs := int(bs64)
 			switch {
@@ -146,7 +146,7 @@ func newBenchCmd() *cobra.Command {
 				if sizeStr != "" {
 					sz, err := parseSize(sizeStr)
 					if err != nil {
-						return err
+						return fmt.Errorf("--size: %w", err)
 					}
 					region = min(region, sz)
 				}

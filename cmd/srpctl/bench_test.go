@@ -105,4 +105,13 @@ func TestBenchSizeArguments(t *testing.T) {
 	if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != want {
 		t.Errorf("bench --qd 100000 --bs 64k: %v, want %q", err, want)
 	}
+	// A bad size names its flag.
+	c = newBenchCmd()
+	c.SetOut(io.Discard)
+	c.SetErr(io.Discard)
+	c.SetArgs([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--bs", "1e99"})
+	want = `--bs: size "1e99": want a number with an optional k/m/g/t suffix`
+	if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != want {
+		t.Errorf("bench --bs 1e99: %v, want %q", err, want)
+	}
 }

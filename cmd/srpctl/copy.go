@@ -293,7 +293,7 @@ func (cf *copyFlags) geometry(ctx context.Context, s *conn) (initiator.Capacity,
 	}
 	want, err := parseSize(cf.bs)
 	if err != nil {
-		return capy, 0, err
+		return capy, 0, fmt.Errorf("--bs: %w", err)
 	}
 	bsz := int(capy.BlockSize)
 	maxBytes := s.Options().MaxSect * 512
