@@ -2,6 +2,7 @@ package srp
 
 import (
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -213,6 +214,9 @@ func (o *TargetOptions) ibPath() bool {
 func intParser(field func(*TargetOptions) *int, signed bool, lo, hi int64) func(*TargetOptions, string) error {
 	return func(o *TargetOptions, v string) error {
 		n, err := parseLinuxInt(v, signed)
+		if errors.Is(err, errIntRange) {
+			return fmt.Errorf("%s is outside %d..%d", v, lo, hi)
+		}
 		if err != nil {
 			return err
 		}
@@ -261,6 +265,9 @@ func parseLinuxHexInt(s string) (int64, error) {
 	return n, nil
 }
 
+// errIntRange: a number outside the C int range of a "%d" or "%u" token.
+var errIntRange = errors.New("out of int range")
+
 // parseLinuxInt parses the value of a "%d" (signed) or "%u" token
 // (match_int): C base-0 syntax (0x hex, leading 0 octal, else decimal),
 // within int range; only %d accepts a leading minus.
@@ -287,7 +294,7 @@ func parseLinuxInt(s string, signed bool) (int64, error) {
 		n = -n
 	}
 	if n < -1<<31 || n > 1<<31-1 {
-		return 0, fmt.Errorf("%q is out of int range", s)
+		return 0, fmt.Errorf("%q: %w", s, errIntRange)
 	}
 	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -144,6 +145,10 @@ func TestTargetOptionsValues(t *testing.T) {
 		if !errors.As(err, &de) || de.Field != key || de.IU != "add_target" {
 			t.Errorf("%s: got %v, want error on %q", extra, err, key)
 		}
+	}
+	// A number past the C int range is refused with the key's range.
+	if _, err := ParseTargetOptions(base + "max_sect=4294967295"); err == nil || !strings.HasSuffix(err.Error(), "max_sect: 4294967295 is outside 1..2147483647") {
+		t.Errorf("max_sect=4294967295: %v", err)
 	}
 	missing := map[string]string{
 		"ioc_guid=2,dest=1.2.3.4:5": "id_ext",
