@@ -47,6 +47,7 @@ type txState struct {
 	wrote  int
 	werrno syscall.Errno
 	writeF func(fd uintptr) bool
+	block  bool // writev waits for room in the socket (flush)
 }
 
 func (t *txState) init(c *conn) {
@@ -72,6 +73,16 @@ func (t *txState) flush() {
 		t.reset()
 		return
 	}
+	if t.rc != nil {
+		// The raw path, waiting in Go's poller while the socket is full.
+		t.block = true
+		done := false
+		for !done {
+			done = t.flushNB() // false after a partial write: the rest follows
+		}
+		t.block = false
+		return
+	}
 	raceRelease()
 	// A field, so WriteTo's pointer receiver does not move it to the heap.
 	t.bufs = t.iov
@@ -86,15 +97,16 @@ func (t *txState) flush() {
 // txInline lets posters transmit (benchmarks compare without it).
 var txInline = true
 
-// writev is the raw write callback of flushNB: one writev(2) of t.vec,
-// never waiting for the socket.
+// writev is the raw write callback of flushNB: one writev(2) of t.vec;
+// on a full socket it waits for room only when t.block is set.
 func (t *txState) writev(fd uintptr) bool {
-	n, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.vec[0])), uintptr(len(t.vec)))
+	// Non-blocking: a raw system call, as rxReader.readv.
+	n, _, e := unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.vec[0])), uintptr(len(t.vec)))
 	for e == unix.EINTR {
-		n, _, e = unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.vec[0])), uintptr(len(t.vec)))
+		n, _, e = unix.RawSyscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&t.vec[0])), uintptr(len(t.vec)))
 	}
 	t.wrote, t.werrno = int(n), e
-	return true
+	return !t.block || e != unix.EAGAIN
 }
 
 // flushNB writes the gathered FPDUs as far as the socket takes them
