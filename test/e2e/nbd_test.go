@@ -109,7 +109,7 @@ func TestNBD(t *testing.T) {
 	// every block checked with crc32c after it is written.
 	fio := run("fio", "--name=nbd", "--ioengine=nbd", "--uri="+uri("lun0"), "--rw=randwrite", "--bs=4k",
 		"--size=8M", "--offset_increment=32M", "--numjobs=2", "--iodepth=16",
-		"--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--group_reporting")
+		"--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--group_reporting")
 	if !strings.Contains(fio, "err= 0") || strings.Contains(fio, "verify: bad") {
 		t.Fatalf("fio:\n%s", fio)
 	}
