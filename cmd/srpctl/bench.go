@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	goruntime "runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -28,6 +29,7 @@ type benchResult struct {
 	BlockSize  int     `json:"bs"`
 	QueueDepth int     `json:"iodepth"`
 	Channels   int     `json:"channels"`
+	Procs      int     `json:"procs"`
 	Runtime    float64 `json:"runtime_s"`
 	IOs        int64   `json:"ios"`
 	Errors     int64   `json:"errors"`
@@ -71,7 +73,7 @@ func parseSize(arg string) (int64, error) {
 func newBenchCmd() *cobra.Command {
 	var tf targetFlags
 	var rw, bsStr, sizeStr string
-	var qd, channels, rwmix int
+	var qd, channels, rwmix, procs int
 	var runtime time.Duration
 	var asJSON, fua, registerEach bool
 	var cpuProfile string
@@ -100,6 +102,8 @@ func newBenchCmd() *cobra.Command {
 				return fmt.Errorf("--rwmixread %d: a percentage, 0..100", rwmix)
 			case loops < 1:
 				return fmt.Errorf("--loops %d: at least 1 pass", loops)
+			case procs < 0:
+				return fmt.Errorf("--procs %d: 0 (every CPU) or more", procs)
 			case verifyOnly && !cmd.Flags().Changed("verify-seed"):
 				return errors.New("--verify-only checks an earlier --verify run: give its --verify-seed (and --loops, --bs, --size, --lun)")
 			}
@@ -132,6 +136,9 @@ func newBenchCmd() *cobra.Command {
 			nch := max(o.ChCount, 1)
 			if need := (qd+nch-1)/nch + 2; o.QueueSize < need {
 				o.QueueSize = max(need, initiator.DefaultQueueSize)
+			}
+			if procs > 0 {
+				goruntime.GOMAXPROCS(procs)
 			}
 			body := func(ctx context.Context, s *conn) error {
 				capy, err := s.ReadCapacity16(ctx, s.lun)
@@ -175,7 +182,7 @@ func newBenchCmd() *cobra.Command {
 				if fatal != nil {
 					return fmt.Errorf("bench stopped after %d I/Os: %w", res.IOs, fatal)
 				}
-				res.Channels = s.Options().ChCount
+				res.Channels, res.Procs = s.Options().ChCount, goruntime.GOMAXPROCS(0)
 				res.Job = fmt.Sprintf("%s-%s", rw, strings.ToLower(bsStr))
 				w := cmd.OutOrStdout()
 				if asJSON {
@@ -183,7 +190,7 @@ func newBenchCmd() *cobra.Command {
 					enc.SetIndent("", "  ")
 					return enc.Encode(res)
 				}
-				fmt.Fprintf(w, "%s: bs=%d iodepth=%d channels=%d runtime=%.1fs\n", res.Job, bs, qd, res.Channels, res.Runtime)
+				fmt.Fprintf(w, "%s: bs=%d iodepth=%d channels=%d procs=%d runtime=%.1fs\n", res.Job, bs, qd, res.Channels, res.Procs, res.Runtime)
 				fmt.Fprintf(w, "  IOPS=%.0f, BW=%.1f MiB/s, ios=%d, errors=%d\n", res.IOPS, res.MiBps, res.IOs, res.Errors)
 				fmt.Fprintf(w, "  lat (us): mean=%.1f p50=%.1f p99=%.1f p99.9=%.1f max=%.1f\n", res.LatMeanUs, res.LatP50Us, res.LatP99Us, res.LatP999Us, res.LatMaxUs)
 				if res.Errors > 0 {
@@ -206,6 +213,7 @@ func newBenchCmd() *cobra.Command {
 	f.StringVar(&sizeStr, "size", "", "region of the LUN to use (default all)")
 	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth)")
 	f.IntVar(&channels, "channels", 0, "RDMA channels (overrides ch_count)")
+	f.IntVar(&procs, "procs", 1, "OS threads running Go code at once (GOMAXPROCS; 0: one per CPU): by default one, as one fio job")
 	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")
 	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long to run")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
@@ -225,7 +233,14 @@ whole region (random order for --rw rand*, else ascending) and then reads it
 all back in another order; a block with a bad CRC (corrupt), another LBA
 (misplaced), another pass (stale) or no header fails the run with exit
 status 1. --runtime does not apply. --verify-only re-reads a region written
-earlier (for instance across a target restart).`
+earlier (for instance across a target restart).
+
+--procs sets how many threads run srpctl's Go code at once. The default, 1,
+makes bench one thread as one fio job is: the channels' readers and the
+I/O workers then hand commands and completions to each other without
+waking another thread, which at low queue depth is a third of the client's
+CPU time per I/O. Use --procs 0 (every CPU) when one core cannot keep up,
+for instance several channels at high queue depth on a fast fabric.`
 	return c
 }
 
