@@ -78,6 +78,10 @@ measure() { # NAME PORT
 	log "=== $t ($disk)"
 	[ "$t" = srptd ] || [ "$t" = lio ] && vpd83 "$disk" "$t"
 	common=(--filename="$disk" --direct=1 --ioengine=libaio --runtime="$SECS" --time_based --size=256M)
+	# Fill the measured 256 MiB first (not timed): LIO's rd_mcp allocates
+	# its pages when it is configured, srptd's RAM LUN on first write, so
+	# without it srptd's reads would read holes and its writes allocate.
+	fio_run $t-fill --filename="$disk" --direct=1 --ioengine=libaio --size=256M --rw=write --bs=1M --iodepth=4 || fail "$t fill"
 	fio_run $t-rr "${common[@]}" --rw=randread --bs=4k --iodepth=32 && v[$t-rr]=$(fio_field $t-rr 8) || fail "$t randread"
 	fio_run $t-sr "${common[@]}" --rw=read --bs=1M --iodepth=4 && v[$t-sr]=$(fio_field $t-sr 7) || fail "$t seq read"
 	check "$t logout" srp_logout
