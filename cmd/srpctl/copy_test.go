@@ -199,21 +199,22 @@ func TestWriteFromStreamAndBlockDevice(t *testing.T) {
 func TestSCSIFailedDataIn(t *testing.T) {
 	ctx := adminTestCtx(t)
 	info, _ := startSrptd(t, ctx)
-	run := func(cdb string) string {
+	run := func(cdb string) (string, error) {
 		c := newSCSICmd()
+		c.SilenceErrors, c.SilenceUsage = true, true
 		var out bytes.Buffer
 		c.SetOut(&out)
 		c.SetErr(&out)
 		c.SetArgs([]string{info[0], cdb, "--in", "4096"})
-		_ = c.ExecuteContext(ctx)
-		return out.String()
+		err := c.ExecuteContext(ctx)
+		return out.String(), err
 	}
-	out := run("4d 00 00 00 00 00 00 10 00 00")
-	if !strings.Contains(out, "20h/00h") || strings.Contains(out, "Received 4096 bytes") || !strings.Contains(out, "No data-in reported (status CHECK CONDITION, no residual)") {
-		t.Errorf("LOG SENSE:\n%s", out)
+	out, err := run("4d 00 00 00 00 00 00 10 00 00")
+	if err == nil || !strings.Contains(err.Error(), "20h/00h") || strings.Contains(out, "Received 4096 bytes") || !strings.Contains(out, "No data-in reported (status CHECK CONDITION, no residual)") {
+		t.Errorf("LOG SENSE: %v\n%s", err, out)
 	}
 	// INQUIRY allocation length 96: an underflow of 4000 bytes.
-	if out := run("12 00 00 00 60 00"); !strings.Contains(out, "Received 96 bytes of data:") {
-		t.Errorf("INQUIRY:\n%s", out)
+	if out, err := run("12 00 00 00 60 00"); err != nil || !strings.Contains(out, "Received 96 bytes of data:") {
+		t.Errorf("INQUIRY: %v\n%s", err, out)
 	}
 }

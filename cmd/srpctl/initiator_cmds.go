@@ -246,17 +246,20 @@ func newSCSICmd() *cobra.Command {
 					_, err := w.Write(in[:res.DataInLen])
 					return err
 				}
-				fmt.Fprintf(w, "SCSI Status: %s\n", sense.StatusName(res.Status))
+				// A failed command's status and decoded sense are the
+				// error res.Err returns, which main prints: here only
+				// the status of a command that succeeded, and the raw
+				// sense bytes.
+				failed := res.Err()
+				if failed == nil {
+					fmt.Fprintf(w, "SCSI Status: %s\n", sense.StatusName(res.Status))
+				}
 				if len(res.Sense) > 0 {
-					if e := initiator.DecodeSense(res.Status, res.Sense); e != nil {
-						fmt.Fprintf(w, "Sense: %s\n", e.Data)
-					}
 					fmt.Fprintf(w, "Sense data (%d bytes):\n%s", len(res.Sense), hex.Dump(res.Sense))
 				}
-				good := res.Status == sense.StatusGood || res.Status == sense.StatusConditionMet
 				switch {
 				case inLen == 0:
-				case !good && srp.RspFlags(res.Flags)&(srp.DataInUnder|srp.DataInOver) == 0:
+				case failed != nil && srp.RspFlags(res.Flags)&(srp.DataInUnder|srp.DataInOver) == 0:
 					// A failed command whose SRP_RSP reports no data-in
 					// residual (as ib_srpt answers a command refused before
 					// it ran) says nothing of the buffer: not a dump of
@@ -265,7 +268,7 @@ func newSCSICmd() *cobra.Command {
 				default:
 					fmt.Fprintf(w, "Received %d bytes of data:\n%s", res.DataInLen, hex.Dump(in[:res.DataInLen]))
 				}
-				return res.Err()
+				return failed
 			})
 		},
 	}
@@ -305,8 +308,8 @@ func newTMFCmd() *cobra.Command {
 				err := s.TaskManagement(ctx, fn, s.lun, 0)
 				var te *initiator.TMFError
 				if errors.As(err, &te) {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s lun %d: %s (%#02x)\n", fn.Name(), tf.lun, srp.TMFRspName(te.Response), te.Response)
-					return err
+					// The target's answer is the error, printed once by main.
+					return fmt.Errorf("%s lun %d: %s (%#02x)", fn.Name(), tf.lun, srp.TMFRspName(te.Response), te.Response)
 				}
 				if err != nil {
 					return err
