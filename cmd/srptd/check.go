@@ -189,8 +189,15 @@ func (d *daemon) checkLUN(field string, sec LUNSection, opened *[]lunFile) error
 		return ferr(field+".path", "%v", err)
 	}
 	defer fb.Close()
-	if bs := lunBlockSize(sec, fb); sec.Size == 0 && fb.Size() < int64(bs) {
-		return ferr(field+".path", "%s holds %d bytes, less than one %d-byte block", path, fb.Size(), bs)
+	// The start uses the file's length when it sets none (size = 0, or
+	// read-only); else it sets the size, a whole number of blocks.
+	if bs := lunBlockSize(sec, fb); sec.Size == 0 || sec.ReadOnly {
+		if fb.Size() < int64(bs) {
+			return ferr(field+".path", "%s holds %d bytes, less than one %d-byte block", path, fb.Size(), bs)
+		}
+		if err := wholeBlocks(path, fb.Size(), bs); err != nil {
+			return ferr(field+".path", "%v", err)
+		}
 	}
 	lock, err := lockImage(path, d.sharedImage(sec))
 	if err != nil {

@@ -239,6 +239,11 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 			k = ".path"
 		}
 		return ferr(field+k, "%s holds %d bytes, less than one %d-byte block", lunWhat(st.path), st.bs.Size(), bs)
+	} else if sec.Backstore == "file" || sec.Backstore == "block" {
+		if err := wholeBlocks(st.path, st.bs.Size(), bs); err != nil {
+			st.release()
+			return ferr(field+".path", "%v", err)
+		}
 	}
 	st.serial = sec.Serial
 	if st.serial == "" && sec.WWN == "" {
@@ -348,6 +353,28 @@ func lunBlockSize(sec LUNSection, bs backstore.Backstore) int {
 		return b.LogicalBlockSize()
 	}
 	return defaultBlockSize
+}
+
+// wholeBlocks refuses a file or device of size bytes that is not a whole
+// number of bs-byte logical blocks. Its logical unit would end at the last
+// whole block: the bytes after it, stored in the file, would be out of
+// every initiator's reach, and its capacity would silently disagree with
+// the file's length.
+func wholeBlocks(path string, size int64, bs int) error {
+	over := size % int64(bs)
+	if over == 0 {
+		return nil
+	}
+	up := size - over + int64(bs)
+	msg := fmt.Sprintf("%s holds %d bytes, not a whole number of %d-byte blocks: its last %d bytes would be out of the initiators' reach; extend it to %d bytes (truncate -s %d %s)", path, size, bs, over, up, up, path)
+	// A smaller block size that divides the length serves all of it.
+	for b := bs / 2; b >= defaultBlockSize; b /= 2 {
+		if size%int64(b) == 0 {
+			msg += fmt.Sprintf(" or set block_size = %d", b)
+			break
+		}
+	}
+	return errors.New(msg)
 }
 
 // lunWhat names a backstore in errors: its path, or "the RAM backstore".

@@ -124,6 +124,50 @@ func TestLUNSmallerThanABlock(t *testing.T) {
 	}
 }
 
+// TestLUNPartialBlock: an image whose length is not a whole number of
+// logical blocks is refused, naming its path, its length and the block
+// size, at start, by --check and through POST /luns: a logical unit of
+// whole blocks would leave the bytes after the last whole block out of
+// every initiator's reach while the file holds them.
+func TestLUNPartialBlock(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(dir, "odd.img")
+	if err := os.WriteFile(img, make([]byte, 1434), 0o600); err != nil { // 2 blocks of 512 and 410 bytes
+		t.Fatal(err)
+	}
+	cfg := "[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[lun]]\nlun=0\nbackstore=\"file\"\npath=\"" + img + "\"\n"
+	want := ":6: lun[0].path: " + img + " holds 1434 bytes, not a whole number of 512-byte blocks: its last 410 bytes would be out of the initiators' reach; extend it to 1536 bytes (truncate -s 1536 " + img + ")"
+	if err := runErr(t, cfg); !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("start: %v\nwant %q", err, want)
+	}
+	if err := run(testCtx(t), []string{"-check", "-config", writeConfig(t, cfg)}, io.Discard, io.Discard, nil); err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("--check: %v\nwant %q", err, want)
+	}
+	// Read-only, with a size: the start serves the file's length too.
+	if err := runErr(t, cfg+"read_only=true\nsize=\"1MiB\"\n"); !strings.Contains(err.Error(), "lun[0].path: "+img+" holds 1434 bytes, not a whole number of 512-byte blocks") {
+		t.Errorf("read-only: %v", err)
+	}
+	// 3 blocks of 2048 bytes are 1.5 blocks of 4096: 2048-byte blocks
+	// serve all of it.
+	even := filepath.Join(dir, "even.img")
+	if err := os.WriteFile(even, make([]byte, 3*2048), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dr := launch(t, "-data-dir", filepath.Join(dir, "data"), "-listen", "127.0.0.1:0")
+	code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "file", "path": img}, nil)
+	if code != 400 || !strings.Contains(body, "lun.path: "+img+" holds 1434 bytes, not a whole number of 512-byte blocks") {
+		t.Errorf("POST /luns %s: %d %s", img, code, body)
+	}
+	code, body = dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "file", "path": even, "block_size": 4096}, nil)
+	if code != 400 || !strings.Contains(body, "holds 6144 bytes, not a whole number of 4096-byte blocks: its last 2048 bytes would be out of the initiators' reach; extend it to 8192 bytes (truncate -s 8192 "+even+") or set block_size = 2048") {
+		t.Errorf("POST /luns %s, block_size 4096: %d %s", even, code, body)
+	}
+	// The LUN was not added: the same file with 2048-byte blocks is.
+	if code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "file", "path": even, "block_size": 2048}, nil); code/100 != 2 {
+		t.Errorf("POST /luns %s, block_size 2048: %d %s", even, code, body)
+	}
+}
+
 // TestTwoLUNsOneImage: two LUNs on one file would be two disks sharing
 // their blocks; the second is refused, also through a hard link.
 func TestTwoLUNsOneImage(t *testing.T) {
