@@ -351,6 +351,10 @@ func naa6(digits []byte) [16]byte {
 // NAA returns the logical unit's NAA 6 designator (VPD page 83h).
 func (lu *LogicalUnit) NAA() [16]byte { return lu.naa }
 
+// Serial returns the logical unit's serial number (VPD page 80h): the
+// configured one, else the one derived from the NAA designator.
+func (lu *LogicalUnit) Serial() string { return lu.serial }
+
 func (lu *LogicalUnit) logger() *slog.Logger { return lu.log.Load() }
 
 // BlockSize returns the logical block length in bytes.

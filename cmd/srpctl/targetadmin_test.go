@@ -194,6 +194,21 @@ func TestTargetAdmin(t *testing.T) {
 	if luns, err := s.ReportLUNs(ctx); err != nil || len(luns) != 2 || luns[1] != initiator.LUN(3) {
 		t.Fatalf("REPORT LUNS %x %v", luns, err)
 	}
+	// With --wwn and no --serial the serial is derived (SPC-4 VPD 80h
+	// needs one): the confirmation prints the one initiators read.
+	out = run("lun", "add", "--lun", "5", "--backstore", "ram", "--size", "1MiB", "--wwn", "6001405abcdef0123456789abcdef012")
+	vpd80, err := s.Inquiry(ctx, initiator.LUN(5), true, 0x80, 255)
+	if err != nil || len(vpd80) < 4 || vpd80[1] != 0x80 || len(vpd80) < 4+int(vpd80[3]) {
+		t.Fatalf("VPD 80h of LUN 5: %x %v", vpd80, err)
+	}
+	serial5 := strings.TrimSpace(string(vpd80[4 : 4+int(vpd80[3])]))
+	if serial5 == "" || out != "added LUN 5: ram, 1.0 MiB, 512-byte blocks, serial "+serial5+"\n" {
+		t.Errorf("lun add --wwn printed %q; VPD 80h serial %q", out, serial5)
+	}
+	if out := run("luns"); !regexp.MustCompile(`(?m)^5\s+ram\s+1\.0 MiB\s+512\s+rw\s+` + regexp.QuoteMeta(serial5) + `\s`).MatchString(out) {
+		t.Errorf("luns, serial %s of LUN 5 not shown:\n%s", serial5, out)
+	}
+	run("lun", "remove", "5")
 	if out, err := srpctl(ctx, sock, "lun", "add", "--lun", "3", "--backstore", "ram", "--size", "1MiB"); err == nil || !strings.Contains(err.Error(), "LUN 3 exists") {
 		t.Fatalf("second LUN 3: %v %s", err, out)
 	}

@@ -68,7 +68,7 @@ func (d *daemon) LUNs() []adminapi.LUN {
 		out = append(out, adminapi.LUN{
 			LUN: n, Name: st.sec.Name, Backstore: st.sec.Backstore, Path: st.path,
 			Size: st.bs.Size(), BlockSize: st.lu.BlockSize(), ReadOnly: st.sec.ReadOnly,
-			Serial: st.serial, Counters: st.stats.snapshot(),
+			Serial: st.lu.Serial(), Counters: st.stats.snapshot(),
 		})
 	}
 	return out

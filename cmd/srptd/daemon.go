@@ -303,7 +303,7 @@ func (d *daemon) attachLUN(field string, sec LUNSection) error {
 	if sec.Backstore == "rbd" {
 		st.stopWatch = watchCapacity(lu, capacityPoll, d.log.With("lun", n))
 	}
-	d.log.Info("LUN ready", "lun", n, "name", sec.Name, "backstore", sec.Backstore, "path", st.path, "bytes", st.bs.Size(), "serial", st.serial)
+	d.log.Info("LUN ready", "lun", n, "name", sec.Name, "backstore", sec.Backstore, "path", st.path, "bytes", st.bs.Size(), "serial", lu.Serial())
 	return nil
 }
 
