@@ -481,7 +481,8 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 				}
 				body.ReadOnly = ro
 			}
-			if _, err := a.call(cmd.Context(), "POST", adminapi.PathACLs, body, nil); err != nil {
+			var added adminapi.ACLAdded
+			if _, err := a.call(cmd.Context(), "POST", adminapi.PathACLs, body, &added); err != nil {
 				return err
 			}
 			what := "every LUN"
@@ -492,6 +493,9 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 				what += ", read-only " + readOnly
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "admitted %s: %s\n", args[0], what)
+			if added.DemoMode {
+				fmt.Fprintln(cmd.OutOrStdout(), demoModeNote)
+			}
 			return nil
 		},
 	}
@@ -512,6 +516,12 @@ func newTargetACLCmd(a *adminClient) *cobra.Command {
 	c.AddCommand(list, add, remove)
 	return c
 }
+
+// demoModeNote follows an ACL added while srptd is in demo mode.
+const demoModeNote = `note: srptd is in demo mode, which admits every initiator to every LUN:
+this ACL takes effect only once demo mode is off (demo_mode = false in the
+configuration's [target], or srptd --demo=false; srpctl target save first
+keeps the ACL)`
 
 func newTargetSaveCmd(a *adminClient) *cobra.Command {
 	return &cobra.Command{

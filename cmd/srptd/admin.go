@@ -306,12 +306,13 @@ func adminHandler(d *daemon, log *slog.Logger) http.Handler {
 			return
 		}
 		a := ACLSection{Initiator: req.Initiator, LUNs: req.LUNs, ReadOnly: req.ReadOnly}
-		if err := d.AddACL(a); err != nil {
+		demo, err := d.AddACL(a)
+		if err != nil {
 			writeErr(w, err)
 			return
 		}
-		log.Info("admin added ACL", "initiator", a.Initiator)
-		w.WriteHeader(http.StatusCreated)
+		log.Info("admin added ACL", "initiator", a.Initiator, "demo_mode", demo)
+		writeJSON(w, http.StatusCreated, adminapi.ACLAdded{DemoMode: demo})
 	})
 	mux.HandleFunc("DELETE "+adminapi.PathACLs+"/{initiator}", func(w http.ResponseWriter, r *http.Request) {
 		if err := d.RemoveACL(r.PathValue("initiator")); err != nil {

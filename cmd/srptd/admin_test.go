@@ -255,6 +255,11 @@ func TestDemoOnlyOnLoopback(t *testing.T) {
 		t.Errorf("no warning:\n%s", dr.errOut.String())
 	}
 	dr.login(t)
+	// An ACL added in demo mode restricts nothing yet: the answer says so.
+	var added adminapi.ACLAdded
+	if code, body := dr.admin(t, "POST", "/acls", map[string]any{"initiator": "192.0.2.7"}, &added); code != 201 || !added.DemoMode {
+		t.Errorf("add ACL in demo mode: %d %s, want demo_mode true", code, body)
+	}
 }
 
 // TestAdminAPI drives the admin API: LUNs added and removed at run time
@@ -357,8 +362,9 @@ initiator = "127.0.0.1"
 		t.Fatalf("sessions %+v", sess)
 	}
 
-	// ACLs.
-	if code, body := dr.admin(t, "POST", "/acls", map[string]any{"initiator": "0002:c903:0000:1234", "luns": map[string]int{"0": 5}}, nil); code != 201 {
+	// ACLs. Demo mode is off: the answer says so.
+	var added adminapi.ACLAdded
+	if code, body := dr.admin(t, "POST", "/acls", map[string]any{"initiator": "0002:c903:0000:1234", "luns": map[string]int{"0": 5}}, &added); code != 201 || added.DemoMode || !strings.Contains(body, `"demo_mode":false`) {
 		t.Fatalf("add ACL: %d %s", code, body)
 	}
 	if code, body := dr.admin(t, "POST", "/acls", map[string]any{"initiator": "0x01", "luns": map[string]int{"0": 9}}, nil); code != 400 || !strings.Contains(body, "acl.luns.0: target LUN 9 is not configured") {

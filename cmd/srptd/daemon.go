@@ -501,8 +501,9 @@ func (d *daemon) detachLUN(n uint64) (*lunState, error) {
 
 // AddACL admits an initiator from its next login on. Channels the new ACL
 // names with a different view than they logged in with get SRP_T_LOGOUT
-// (target.Port.SetAccess).
-func (d *daemon) AddACL(a ACLSection) error {
+// (target.Port.SetAccess). demo reports whether demo mode is in force (it
+// admits everyone: the ACL restricts nothing until demo mode is off).
+func (d *daemon) AddACL(a ACLSection) (demo bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	luns := map[uint64]bool{}
@@ -511,16 +512,16 @@ func (d *daemon) AddACL(a ACLSection) error {
 	}
 	m, err := validateACL("acl", a, luns)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, o := range d.cfg.ACLs {
 		if om, err := target.ParseInitiator(o.Initiator); err == nil && om.String() == m.String() {
-			return conflictf("%s has an ACL already", m)
+			return false, conflictf("%s has an ACL already", m)
 		}
 	}
 	d.cfg.ACLs = append(d.cfg.ACLs, a)
 	d.applyAccessLocked()
-	return nil
+	return d.demo, nil
 }
 
 // RemoveACL removes the ACL of an initiator (any of the forms

@@ -10,7 +10,7 @@
 //	POST   /luns                NewLUN → 201
 //	DELETE /luns/{lun}          → 204
 //	GET    /acls                []ACL
-//	POST   /acls                ACL → 201
+//	POST   /acls                ACL → 201 ACLAdded
 //	DELETE /acls/{initiator}    → 204
 //	POST   /save                → Saved
 //	GET    /alua                []PortGroup
@@ -174,6 +174,14 @@ type ACL struct {
 	LUNs map[string]uint64 `json:"luns,omitempty"`
 	// ReadOnly lists initiator LUNs that are write-protected.
 	ReadOnly []uint64 `json:"read_only,omitempty"`
+}
+
+// ACLAdded is the answer of POST /acls.
+type ACLAdded struct {
+	// DemoMode is true when srptd is in demo mode: it admits every
+	// initiator to every LUN, so the ACL takes effect only once demo mode
+	// is off.
+	DemoMode bool `json:"demo_mode"`
 }
 
 // Saved is the answer of POST /save.
