@@ -322,11 +322,11 @@ func ctxError(ctx context.Context, err error) error {
 // readMPAFrame reads one MPA request or reply from r, refusing a PD_Length
 // over the RFC limit before reading it.
 func readMPAFrame(r io.Reader, wantReply bool) (mpaFrame, error) {
-	var h [mpaHeaderLen]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return mpaFrame{}, fmt.Errorf("%w: reading MPA header: %w", errHandshake, err)
+	h, err := readMPAHeader(r, wantReply)
+	if err != nil {
+		return mpaFrame{}, err
 	}
-	f, n, err := parseMPAHeader(h[:], wantReply)
+	f, n, err := parseMPAHeader(h, wantReply)
 	if err != nil {
 		return f, err
 	}
@@ -336,6 +336,101 @@ func readMPAFrame(r io.Reader, wantReply bool) (mpaFrame, error) {
 		return f, fmt.Errorf("%w: reading %d bytes of private data: %w", errHandshake, n, err)
 	}
 	return parseMPAFrame(b, wantReply)
+}
+
+// readMPAHeader reads the 20-byte fixed part of an MPA frame. It fails as
+// soon as the bytes received cannot begin the frame's key, with a
+// *notMPAError (ErrMPAFrame): a peer speaking another protocol is named at
+// once, not after the handshake timeout. A read that fails before the 20
+// bytes are in is an *mpaReadError holding the bytes that did arrive.
+func readMPAHeader(r io.Reader, wantReply bool) ([]byte, error) {
+	key := mpaKeyRequest
+	if wantReply {
+		key = mpaKeyReply
+	}
+	h := make([]byte, mpaHeaderLen)
+	n := 0
+	for n < len(h) {
+		m, err := r.Read(h[n:])
+		n += m
+		if k := min(n, len(key)); string(h[:k]) != key[:k] {
+			return nil, &notMPAError{got: h[:n], reply: wantReply}
+		}
+		if err != nil && n < len(h) {
+			if err == io.EOF && n > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, &mpaReadError{got: h[:n], err: err}
+		}
+	}
+	return h, nil
+}
+
+// notMPAError is a peer that sent bytes no MPA frame begins with.
+type notMPAError struct {
+	got   []byte // what arrived, at most a header's worth
+	reply bool   // an MPA reply was expected, else a request
+}
+
+func (e *notMPAError) Error() string {
+	what := "request"
+	if e.reply {
+		what = "reply"
+	}
+	return fmt.Sprintf("%v: received %s, not an MPA %s frame", ErrMPAFrame, describePeerBytes(e.got), what)
+}
+
+func (e *notMPAError) Unwrap() error { return ErrMPAFrame }
+
+// mpaReadError is a read error before a whole MPA header arrived.
+type mpaReadError struct {
+	got []byte
+	err error
+}
+
+func (e *mpaReadError) Error() string {
+	if len(e.got) == 0 {
+		return fmt.Sprintf("%v: reading MPA header: %v", errHandshake, e.err)
+	}
+	return fmt.Sprintf("%v: reading MPA header: %v after %d bytes %q", errHandshake, e.err, len(e.got), e.got)
+}
+
+func (e *mpaReadError) Unwrap() []error { return []error{errHandshake, e.err} }
+
+// peerError is a failed MPA exchange as Dial reports it: the peer's
+// address and what happened, in words for the user; it wraps errHandshake
+// and the cause (os.ErrDeadlineExceeded, io.EOF, ErrMPAFrame ...).
+type peerError struct {
+	msg   string
+	cause error
+}
+
+func (e *peerError) Error() string   { return e.msg }
+func (e *peerError) Unwrap() []error { return []error{errHandshake, e.cause} }
+
+// explainReplyError says why no MPA reply came from addr in waited: the
+// peer sent something else, stayed silent, or closed the connection.
+// Other errors are returned as they are.
+func explainReplyError(err error, addr string, waited time.Duration) error {
+	var ne *notMPAError
+	if errors.As(err, &ne) {
+		return &peerError{fmt.Sprintf("iwarp: %s sent %s, not an MPA reply frame: not an iWARP target", addr, describePeerBytes(ne.got)), err}
+	}
+	var re *mpaReadError
+	if !errors.As(err, &re) {
+		return err
+	}
+	got := ""
+	if len(re.got) > 0 {
+		got = fmt.Sprintf(": only %d bytes of one arrived, %q", len(re.got), re.got)
+	}
+	switch {
+	case errors.Is(re.err, os.ErrDeadlineExceeded):
+		return &peerError{fmt.Sprintf("iwarp: no MPA reply from %s within %v%s (is it an iWARP SRP target?)", addr, waited.Round(100*time.Millisecond), got), re.err}
+	case errors.Is(re.err, io.EOF), errors.Is(re.err, io.ErrUnexpectedEOF):
+		return &peerError{fmt.Sprintf("iwarp: %s closed the connection without an MPA reply%s (is it an iWARP SRP target?)", addr, got), re.err}
+	}
+	return &peerError{fmt.Sprintf("iwarp: MPA handshake with %s failed: reading the MPA reply: %v%s", addr, re.err, got), re.err}
 }
 
 func clampCount(v int) uint16 {
@@ -378,7 +473,7 @@ func (d *Device) Dial(ctx context.Context, addr string, qcfg rdma.QPConfig, priv
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	c, reply, err := d.clientHandshake(ctx, nc, qcfg, privateData)
+	c, reply, err := d.clientHandshake(ctx, nc, addr, qcfg, privateData)
 	if err != nil {
 		nc.Close()
 		if s != nil {
@@ -389,10 +484,11 @@ func (d *Device) Dial(ctx context.Context, addr string, qcfg rdma.QPConfig, priv
 	return c, reply, nil
 }
 
-func (d *Device) clientHandshake(ctx context.Context, nc net.Conn, qcfg rdma.QPConfig, privateData []byte) (*conn, []byte, error) {
+func (d *Device) clientHandshake(ctx context.Context, nc net.Conn, addr string, qcfg rdma.QPConfig, privateData []byte) (*conn, []byte, error) {
 	// Stop the handshake when ctx ends.
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	start := time.Now()
 	nc.SetDeadline(handshakeDeadline(ctx, d.cfg.HandshakeTimeout))
 
 	p := d.mpaParams(qcfg)
@@ -402,7 +498,7 @@ func (d *Device) clientHandshake(ctx context.Context, nc net.Conn, qcfg rdma.QPC
 	}
 	rep, err := readMPAFrame(nc, true)
 	if err != nil {
-		return nil, nil, ctxError(ctx, err)
+		return nil, nil, ctxError(ctx, explainReplyError(err, addr, time.Since(start)))
 	}
 	o, pd, err := mpaInitiatorOutcome(p, req, rep)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"strings"
 )
 
 // MPA request/reply frame (RFC 5044 §7.1, extended by RFC 6581 §5).
@@ -168,6 +169,34 @@ func parseMPAFrame(b []byte, wantReply bool) (mpaFrame, error) {
 		return f, fmt.Errorf("%w: enhanced frame without the IRD/ORD word", ErrMPAFrame)
 	}
 	return f, nil
+}
+
+// describePeerBytes quotes the first bytes a peer sent in place of an MPA
+// frame, with a guess at the protocol they begin (a server that speaks
+// first, or answers the request with an error of its own).
+func describePeerBytes(b []byte) string {
+	guess := ""
+	s := string(b)
+	switch {
+	case strings.HasPrefix(s, "HTTP/"):
+		guess = "an HTTP server"
+	case strings.HasPrefix(s, "SSH-"):
+		guess = "an SSH server"
+	case len(b) >= 2 && (b[0] == 0x15 || b[0] == 0x16) && b[1] == 0x03:
+		guess = "a TLS server"
+	case strings.HasPrefix(s, "220"):
+		guess = "an FTP or SMTP server"
+	case strings.HasPrefix(s, "+OK"), strings.HasPrefix(s, "* OK"):
+		guess = "a POP3 or IMAP server"
+	case strings.HasPrefix(mpaKeyRequest, s) || strings.HasPrefix(s, mpaKeyRequest):
+		guess = "an MPA request: an iWARP initiator, not a target"
+	case strings.HasPrefix(mpaKeyReply, s) || strings.HasPrefix(s, mpaKeyReply):
+		guess = "an MPA reply"
+	}
+	if guess == "" {
+		return fmt.Sprintf("%q", b)
+	}
+	return fmt.Sprintf("%q (%s?)", b, guess)
 }
 
 // ulpPrivateData splits the private data of a frame into the IRD/ORD word
