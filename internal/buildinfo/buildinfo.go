@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 // version and commit are set by packagers with -ldflags "-X
@@ -17,16 +18,32 @@ var version, commit string
 
 // Info is what the binary knows about its build.
 type Info struct {
-	Version  string // packager's or module version; "(devel)" for a build in a work tree
+	// Version is the packager's or the module's version; "devel" for a
+	// build without either (in a work tree whose VCS information was not
+	// stamped, -buildvcs=false, or outside git: Go's "(devel)").
+	Version  string
 	Commit   string // VCS revision, "" when not stamped (-buildvcs=false, no VCS)
 	Time     string // commit time, RFC 3339, "" when not stamped
 	Modified bool   // the work tree had uncommitted changes
 	Go       string // Go toolchain version
+	Tags     string // build tags (-tags), "" for none
+	Platform string // GOOS/GOARCH
 }
+
+// devel is the Version of a build that has no version.
+const devel = "devel"
 
 // Read returns the binary's build information.
 func Read() Info {
-	in := Info{Version: version, Go: runtime.Version()}
+	in := read()
+	if in.Version == "(devel)" {
+		in.Version = devel
+	}
+	return in
+}
+
+func read() Info {
+	in := Info{Version: version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		if in.Version == "" {
@@ -46,6 +63,8 @@ func Read() Info {
 			in.Time = s.Value
 		case "vcs.modified":
 			in.Modified = s.Value == "true"
+		case "-tags":
+			in.Tags = s.Value
 		}
 	}
 	if commit != "" && in.Commit == "" {
@@ -55,21 +74,38 @@ func Read() Info {
 }
 
 // String is one line for --version: "VERSION (commit C, TIME[, modified]) GO".
+// A devel build, which has no version to tell it by, adds what else it
+// knows: "devel (commit C, ..., tags T, GOOS/GOARCH) GO", or "no commit
+// stamped" in place of the commit.
 func (in Info) String() string {
-	s := in.Version
+	var facts []string
 	if in.Commit != "" {
 		c := in.Commit
 		if len(c) > 12 {
 			c = c[:12]
 		}
-		s += " (commit " + c
+		facts = append(facts, "commit "+c)
 		if in.Time != "" {
-			s += ", " + in.Time
+			facts = append(facts, in.Time)
 		}
 		if in.Modified {
-			s += ", modified"
+			facts = append(facts, "modified")
 		}
-		s += ")"
+	}
+	if in.Version == devel {
+		if in.Commit == "" {
+			facts = append(facts, "no commit stamped")
+		}
+		if in.Tags != "" {
+			facts = append(facts, "tags "+in.Tags)
+		}
+		if in.Platform != "" {
+			facts = append(facts, in.Platform)
+		}
+	}
+	s := in.Version
+	if len(facts) > 0 {
+		s += " (" + strings.Join(facts, ", ") + ")"
 	}
 	return fmt.Sprintf("%s %s", s, in.Go)
 }
