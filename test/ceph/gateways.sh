@@ -124,7 +124,8 @@ step "admin API: an rbd LUN added at run time, a missing pool refused at once, A
 ADM=(--socket "$W/a/srptd.sock")
 timeout 60 "$S" target "${ADM[@]}" lun add --lun 1 --backstore rbd --pool rbd --image "$IMAGE-added" --size 16MiB --ceph-conf "$GOSRP_CEPH_CONF" || fail "lun add --backstore rbd"
 timeout 30 "$S" target "${ADM[@]}" luns | grep -q "rbd/$IMAGE-added" || fail "the added rbd LUN is not listed: $(timeout 30 "$S" target "${ADM[@]}" luns)"
-timeout 30 "$S" readcap "$T_a,initiator_ext=8" --lun 1 | grep -q 'capacity *16777216 bytes' || fail "READ CAPACITY of the added rbd LUN"
+out=$(timeout 30 "$S" readcap "$T_a,initiator_ext=8" --lun 1 2>&1) || true
+grep -q 'capacity *16777216 bytes' <<<"$out" || fail "READ CAPACITY of the added rbd LUN: $out"
 t0=$SECONDS
 if timeout 60 "$S" target "${ADM[@]}" lun add --lun 2 --backstore rbd --pool no-such-pool --image x --ceph-conf "$GOSRP_CEPH_CONF" >"$W/nopool.out" 2>&1; then
   fail "a LUN on a missing pool was added"
