@@ -1,8 +1,11 @@
 #!/bin/bash
-# summary: fio 4 KiB randread QD32, 1 MiB seq read and write: srptd vs LIO over siw, same VM, ratios
+# summary: fio 4 KiB randread QD32, 1 MiB seq read and write: srptd vs LIO over siw, same VM, ratios; srptd again with GOMAXPROCS=1
 # timeout: 600
 # Both through kernel ib_srp over siw: srptd at 192.0.2.2:5556, LIO (rd_mcp)
 # at [2001:db8::2]:5555.  TCG numbers only compare A with B in one run.
+# Then srptd once more with GOMAXPROCS=1 (one thread running Go code): in a
+# 2-CPU guest that also runs siw, ib_srp and fio, the Go scheduler's idle
+# second thread spinning for work costs the kernel side CPU.
 . /gosrp/suite/guest/lib.sh
 command -v srptd >/dev/null || skip "srptd not built"
 SECS=${PERF_SECONDS:-10}
@@ -12,9 +15,18 @@ srptd_start || die "srptd did not start"
 lio_start 512 siw0 || die "LIO ib_srpt setup failed"
 guid=$(lio_guid)
 declare -A v
-for t in srptd lio; do
-	if [ $t = srptd ]; then
-		disk=$(srptd_login) || die "login to srptd"
+cat >"$RUN/srptd-1p" <<'SH'
+#!/bin/sh
+GOMAXPROCS=1 exec srptd "$@"
+SH
+chmod +x "$RUN/srptd-1p"
+for t in srptd lio srptd1p; do
+	if [ $t = srptd1p ]; then
+		check "srptd stops cleanly" srptd_stop
+		SRPTD_BIN=$RUN/srptd-1p srptd_start || die "srptd (GOMAXPROCS=1) did not start"
+	fi
+	if [ $t != lio ]; then
+		disk=$(srptd_login) || die "login to $t"
 	else
 		disk=$(lio_login siw0 "$(srp_string siw0 "$guid" "$guid" "[$SIW_IP6]:$LIO_PORT")") || die "login to LIO"
 	fi
@@ -29,13 +41,15 @@ for t in srptd lio; do
 	fio_run $t-sr "${common[@]}" --rw=read --bs=1M --iodepth=4 && v[$t-sr]=$(fio_field $t-sr 7) || fail "$t seq read"
 	check "$t logout" srp_logout
 done
-ratio() { awk -v a="${v[srptd-$1]:-0}" -v b="${v[lio-$1]:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
-printf '%-28s %10s %10s %7s\n' "fio (${SECS}s, TCG)" srptd LIO ratio
-printf '%-28s %10s %10s %7s\n' "4k randread QD32 IOPS" "${v[srptd-rr]:-?}" "${v[lio-rr]:-?}" "$(ratio rr)"
-printf '%-28s %10s %10s %7s\n' "1M seq read QD4 KiB/s" "${v[srptd-sr]:-?}" "${v[lio-sr]:-?}" "$(ratio sr)"
-printf '%-28s %10s %10s %7s\n' "1M seq write QD4 KiB/s" "${v[srptd-sw]:-?}" "${v[lio-sw]:-?}" "$(ratio sw)"
+ratio() { awk -v a="${v[${2:-srptd}-$1]:-0}" -v b="${v[lio-$1]:-0}" 'BEGIN {if (b > 0) printf "%.2f", a / b; else print "n/a"}'; }
+printf '%-28s %10s %10s %7s %10s %7s\n' "fio (${SECS}s, TCG)" srptd LIO ratio "srptd 1P" ratio
+for j in "rr 4k randread QD32 IOPS" "sr 1M seq read QD4 KiB/s" "sw 1M seq write QD4 KiB/s"; do
+	k=${j%% *}
+	printf '%-28s %10s %10s %7s %10s %7s\n' "${j#* }" "${v[srptd-$k]:-?}" "${v[lio-$k]:-?}" "$(ratio $k)" "${v[srptd1p-$k]:-?}" "$(ratio $k srptd1p)"
+done
 figure randread-iops "${v[srptd-rr]:-?}/${v[lio-rr]:-?}=$(ratio rr)"
 figure seqread-KiBps "${v[srptd-sr]:-?}/${v[lio-sr]:-?}=$(ratio sr)"
 figure seqwrite-KiBps "${v[srptd-sw]:-?}/${v[lio-sw]:-?}=$(ratio sw)"
+figure 1p-randread-seqread-seqwrite "$(ratio rr srptd1p)/$(ratio sr srptd1p)/$(ratio sw srptd1p)"
 check "srptd stops cleanly" srptd_stop
 finish
