@@ -103,7 +103,7 @@ func newBenchCmd() *cobra.Command {
 			case loops < 1:
 				return fmt.Errorf("--loops %d: at least 1 pass", loops)
 			case procs < 0:
-				return fmt.Errorf("--procs %d: 0 (every CPU) or more", procs)
+				return fmt.Errorf("--procs %d: 1 or more (0: as many as I/Os and channels can use)", procs)
 			case verifyOnly && !cmd.Flags().Changed("verify-seed"):
 				return errors.New("--verify-only checks an earlier --verify run: give its --verify-seed (and --loops, --bs, --size, --lun)")
 			}
@@ -137,9 +137,14 @@ func newBenchCmd() *cobra.Command {
 			if need := (qd+nch-1)/nch + 2; o.QueueSize < need {
 				o.QueueSize = max(need, initiator.DefaultQueueSize)
 			}
-			if procs > 0 {
-				goruntime.GOMAXPROCS(procs)
+			if procs == 0 {
+				// No more threads than commands can run in parallel: one
+				// per channel (each channel's completions arrive in order
+				// on one reader), at most one per I/O in flight, at most
+				// one per CPU.
+				procs = min(qd, cmp.Or(o.ChCount, initiator.AutoChCount()), goruntime.NumCPU())
 			}
+			goruntime.GOMAXPROCS(procs)
 			body := func(ctx context.Context, s *conn) error {
 				capy, err := s.ReadCapacity16(ctx, s.lun)
 				if err != nil {
@@ -213,7 +218,7 @@ func newBenchCmd() *cobra.Command {
 	f.StringVar(&sizeStr, "size", "", "region of the LUN to use (default all)")
 	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth)")
 	f.IntVar(&channels, "channels", 0, "RDMA channels (overrides ch_count)")
-	f.IntVar(&procs, "procs", 1, "OS threads running Go code at once (GOMAXPROCS; 0: one per CPU): by default one, as one fio job")
+	f.IntVar(&procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS; default: the smallest of --qd, the channel count and the CPU count)")
 	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")
 	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long to run")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
@@ -235,12 +240,12 @@ all back in another order; a block with a bad CRC (corrupt), another LBA
 status 1. --runtime does not apply. --verify-only re-reads a region written
 earlier (for instance across a target restart).
 
---procs sets how many threads run srpctl's Go code at once. The default, 1,
-makes bench one thread as one fio job is: the channels' readers and the
-I/O workers then hand commands and completions to each other without
-waking another thread, which at low queue depth is a third of the client's
-CPU time per I/O. Use --procs 0 (every CPU) when one core cannot keep up,
-for instance several channels at high queue depth on a fast fabric.`
+--procs sets how many threads run srpctl's Go code at once. By default it
+is the smallest of --qd, the channel count and the CPU count: no more
+threads than commands can progress in parallel. At --qd 1 that is one
+thread, as one fio job: the channel's reader and the I/O worker then hand
+the command and its completion to each other without waking a second
+thread, which would cost a third of the client's CPU time per I/O.`
 	return c
 }
 
