@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"slices"
 	"syscall"
 	"time"
 	"unsafe"
@@ -48,6 +49,9 @@ type txState struct {
 	werrno syscall.Errno
 	writeF func(fd uintptr) bool
 	block  bool // writev waits for room in the socket (flush)
+	// snap holds copies of Read Response payloads covered by a CRC until
+	// they are written.
+	snap []byte
 }
 
 func (t *txState) init(c *conn) {
@@ -167,6 +171,7 @@ func (t *txState) reset() {
 	clear(t.iov)
 	t.iov = t.iov[:0]
 	t.arena = t.arena[:0]
+	t.snap = t.snap[:0]
 	t.bytes = 0
 }
 
@@ -279,7 +284,18 @@ func (t *txState) emitTagged(op uint8, stag uint32, to uint64, sgl []rdma.SGE, d
 		last := off+n == length
 		h := t.begin(ddpTaggedHdrLen, n)
 		putTagged(h, last, op, stag, to+uint64(off))
-		if data != nil {
+		if data != nil && t.c.crc {
+			// A Read Response's source is the responder's registered
+			// memory, which the peer's next RDMA WRITE (placed by the
+			// reader meanwhile: RFC 5040 §5.5 lets it pass the Read) or
+			// the local consumer may change before writev copies it: the
+			// bytes sent must be the bytes the CRC covers, so they are
+			// copied first.
+			k := len(t.snap)
+			t.snap = slices.Grow(t.snap, n)[:k+n]
+			copyShared(t.snap[k:], data[off:off+n])
+			t.payload(t.snap[k : k+n : k+n])
+		} else if data != nil {
 			t.payload(data[off : off+n])
 		} else {
 			cur.skipEmpty()
