@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/gosrp/gosrp/rdma"
@@ -429,6 +430,10 @@ func explainReplyError(err error, addr string, waited time.Duration) error {
 		return &peerError{fmt.Sprintf("iwarp: no MPA reply from %s within %v%s (is it an iWARP SRP target?)", addr, waited.Round(100*time.Millisecond), got), re.err}
 	case errors.Is(re.err, io.EOF), errors.Is(re.err, io.ErrUnexpectedEOF):
 		return &peerError{fmt.Sprintf("iwarp: %s closed the connection without an MPA reply%s (is it an iWARP SRP target?)", addr, got), re.err}
+	case errors.Is(re.err, syscall.ECONNRESET):
+		// A peer that closes with the MPA request unread resets the
+		// connection instead of ending it.
+		return &peerError{fmt.Sprintf("iwarp: %s reset the connection without an MPA reply%s (is it an iWARP SRP target?)", addr, got), re.err}
 	}
 	return &peerError{fmt.Sprintf("iwarp: MPA handshake with %s failed: reading the MPA reply: %v%s", addr, re.err, got), re.err}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,8 +45,15 @@ func TestDialNotATarget(t *testing.T) {
 			nc.Write([]byte(mpaKeyReply[:10]))
 		}, []string{"iwarp: no MPA reply from ", `: only 10 bytes of one arrived, "MPA ID Rep"`}, os.ErrDeadlineExceeded, false},
 		{"close", 30 * time.Second, func(nc net.Conn) {
+			// The request read first: the close is a FIN, not a reset.
+			nc.Read(make([]byte, 512))
 			nc.Close()
 		}, []string{" closed the connection without an MPA reply (is it an iWARP SRP target?)"}, io.EOF, true},
+		{"reset", 30 * time.Second, func(nc net.Conn) {
+			nc.Read(make([]byte, 512))     // the dial is done: it sent its request
+			nc.(*net.TCPConn).SetLinger(0) // close sends RST
+			nc.Close()
+		}, []string{" reset the connection without an MPA reply (is it an iWARP SRP target?)"}, syscall.ECONNRESET, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ln, ch := rawListen(t)
