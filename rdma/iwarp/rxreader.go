@@ -34,9 +34,6 @@ type rxReader struct {
 	got    int
 	errno  syscall.Errno
 	readvF func(fd uintptr) bool
-	// The plain read's destination and callback (fill on a TCP socket).
-	rdst  []byte
-	readF func(fd uintptr) bool
 }
 
 // rxReadv enables the readv path (benchmarks compare without it).
@@ -55,7 +52,6 @@ func newRxReader(rd io.Reader, size int) *rxReader {
 		if rc, err := tc.SyscallConn(); err == nil {
 			b.rc = rc
 			b.readvF = b.readv
-			b.readF = b.read
 		}
 	}
 	return b
@@ -78,31 +74,21 @@ func (b *rxReader) readv(fd uintptr) bool {
 	return e != unix.EAGAIN
 }
 
-// read is the plain raw read callback: one read(2) into b.rdst, as readv.
-func (b *rxReader) read(fd uintptr) bool {
-	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b.rdst[0])), uintptr(len(b.rdst)))
-	for e == unix.EINTR {
-		n, _, e = unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&b.rdst[0])), uintptr(len(b.rdst)))
-	}
-	b.got, b.errno = int(n), e
-	return e != unix.EAGAIN
-}
-
 // readStream reads once from the stream into p (len(p) > 0): on a TCP
-// socket by a raw read(2) that waits for input in Go's poller, else by
-// rd.Read. End of stream is io.EOF.
+// socket by readv's raw system call (one iovec) that waits for input in
+// Go's poller, else by rd.Read. End of stream is io.EOF.
 func (b *rxReader) readStream(p []byte) (int, error) {
 	if b.rc == nil {
 		return b.rd.Read(p)
 	}
-	b.rdst = p
-	err := b.rc.Read(b.readF)
-	b.rdst = nil
+	b.setIov(p)
+	err := b.rc.Read(b.readvF)
+	clear(b.iov[:])
 	switch {
 	case err != nil:
 		return 0, err
 	case b.errno != 0:
-		return 0, os.NewSyscallError("read", b.errno)
+		return 0, os.NewSyscallError("readv", b.errno)
 	case b.got == 0:
 		return 0, io.EOF
 	}
