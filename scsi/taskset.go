@@ -51,11 +51,8 @@ type taskSet struct {
 	nOrdHoQ      int // ORDERED or HEAD OF QUEUE tasks in the set
 	// ordered mirrors nOrdHoQ for readers without ts.mu (Submit's inline
 	// decision).
-	ordered atomic.Int32
-	waiting int // tasks blocked in enter
-	// views counts the commands whose data-in a fabric still sends from
-	// the backstore's memory (Command.ViewIn): ORDERED tasks wait for 0.
-	views    int
+	ordered  atomic.Int32
+	waiting  int // tasks blocked in enter
 	perNexus bool
 }
 
@@ -67,9 +64,6 @@ func (ts *taskSet) blockedLocked(t *task) bool {
 	case TaskHeadOfQueue:
 		return false
 	case TaskOrdered:
-		if ts.views > 0 {
-			return true
-		}
 		for o := ts.head; o != nil && o != t; o = o.next {
 			if !ts.perNexus || o.sess.key == t.sess.key {
 				return true
@@ -93,24 +87,6 @@ func (ts *taskSet) blockedLocked(t *task) bool {
 		}
 		return false
 	}
-}
-
-// holdView counts one more command whose data-in is sent from the
-// backstore's memory.
-func (ts *taskSet) holdView() {
-	ts.mu.Lock()
-	ts.views++
-	ts.mu.Unlock()
-}
-
-// releaseView ends a holdView and wakes the waiting tasks at 0.
-func (ts *taskSet) releaseView() {
-	ts.mu.Lock()
-	ts.views--
-	if ts.views == 0 && ts.waiting > 0 {
-		ts.cond.Broadcast()
-	}
-	ts.mu.Unlock()
 }
 
 // linkBack appends t to the list (*head, *tail).

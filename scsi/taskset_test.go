@@ -1,12 +1,10 @@
 package scsi
 
 import (
-	"bytes"
 	"context"
 	"slices"
 	"testing"
 
-	"github.com/gosrp/gosrp/backstore"
 	"github.com/gosrp/gosrp/scsi/sense"
 )
 
@@ -271,71 +269,5 @@ func TestACAAttribute(t *testing.T) {
 	r := f.s.Execute(testCtx(t), &Command{Tag: 7, CDB: cdbTUR(), Attr: TaskACA})
 	if s := wantSense(t, r, sense.KeyIllegalRequest, 0x24, 0x00); s.SKSValid {
 		t.Fatal("field pointer for a task attribute")
-	}
-}
-
-// A SIMPLE READ with ViewIn on a RAM logical unit gives its data-in as
-// slices of the backstore's memory; until the fabric releases them an
-// ORDERED task stays dormant (its older tasks' data transfers have not
-// ended, SAM-5 §8.6.3) while a HEAD OF QUEUE task runs at once.
-func TestDataInViewsHoldOrderedTasks(t *testing.T) {
-	ram := backstore.NewRAM(1 << 20)
-	want := make([]byte, 8192)
-	for i := range want {
-		want[i] = byte(i * 13)
-	}
-	if _, err := ram.WriteAt(want, 4096); err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, LUConfig{Backstore: ram})
-	ctx := testCtx(t)
-	// 16 blocks at LBA 8 (byte 4096): 8 KiB written, then 0 .. the rest of
-	// the backstore never written (zeros).
-	rd := &Command{Tag: 5001, CDB: cdb16(0x88, 0, 8, 32), DataIn: make([]byte, 16384), ViewIn: true}
-	r := f.s.Execute(ctx, rd)
-	if r.Status != sense.StatusGood || r.DataInLen != 16384 {
-		t.Fatalf("READ: %+v", r)
-	}
-	if len(rd.DataInViews) == 0 {
-		t.Fatal("no views: the data-in was copied")
-	}
-	if !bytes.Equal(rd.DataIn, make([]byte, 16384)) {
-		t.Error("the core wrote DataIn although it gave views")
-	}
-	got := bytes.Join(rd.DataInViews, nil)
-	wantAll := append(append([]byte(nil), want...), make([]byte, 8192)...)
-	if !bytes.Equal(got, wantAll) {
-		t.Fatalf("views hold %d bytes, not the backstore's %d", len(got), len(wantAll))
-	}
-	ord := f.goExec(ctx, f.s, readCmd(5002, 2, TaskOrdered))
-	waitFor(t, "ORDERED task dormant behind the views", func() bool {
-		f.lu.ts.mu.Lock()
-		defer f.lu.ts.mu.Unlock()
-		return f.lu.ts.waiting == 1
-	})
-	if r := waitResult(t, f.goExec(ctx, f.s, readCmd(5003, 3, TaskHeadOfQueue))); r.Status != sense.StatusGood {
-		t.Fatalf("HEAD OF QUEUE READ beside the views: %+v", r)
-	}
-	select {
-	case r := <-ord:
-		t.Fatalf("ORDERED task ran while views were held: %+v", r)
-	default:
-	}
-	rd.ReleaseViews()
-	rd.ReleaseViews() // twice is harmless
-	if r := waitResult(t, ord); r.Status != sense.StatusGood {
-		t.Fatalf("ORDERED after the release: %+v", r)
-	}
-	if len(rd.DataInViews) != 0 || cap(rd.DataInViews) == 0 {
-		t.Errorf("after ReleaseViews: %d views, capacity %d (want 0, kept)", len(rd.DataInViews), cap(rd.DataInViews))
-	}
-	// Without ViewIn, or for an ORDERED READ, the data is copied.
-	for _, c := range []*Command{
-		{Tag: 5004, CDB: cdb16(0x88, 0, 8, 16), DataIn: make([]byte, 8192)},
-		{Tag: 5005, CDB: cdb16(0x88, 0, 8, 16), DataIn: make([]byte, 8192), ViewIn: true, Attr: TaskOrdered},
-	} {
-		if r := f.s.Execute(ctx, c); r.Status != sense.StatusGood || len(c.DataInViews) != 0 || !bytes.Equal(c.DataIn, want) {
-			t.Errorf("tag %d: %+v, %d views, data equal %v", c.Tag, r, len(c.DataInViews), bytes.Equal(c.DataIn, want))
-		}
 	}
 }

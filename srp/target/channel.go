@@ -61,9 +61,6 @@ type channel struct {
 	cqn      rdma.CQNotifier
 	compBuf  []rdma.Completion
 	compFree chan []rdma.Completion
-	// local is the device as an rdma.LocalRegioner, nil when its memory
-	// must be registered: then data-in is always copied into a buffer.
-	local rdma.LocalRegioner
 	// bell is conn as an rdma.Doorbeller: work is posted deferred and the
 	// loop rings once per turn (rang: something was posted since).
 	bell rdma.Doorbeller
@@ -154,7 +151,6 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 		nSend:      cfg.RQSize + nReserved,
 		cred:       newCredits(cfg.RQSize),
 	}
-	c.local, _ = p.dev.(rdma.LocalRegioner)
 	c.events = make(chan event, c.nRecv+c.nSend+8)
 	c.initWRRing(cfg.SQSize)
 	c.ctxWR = make([]rdma.SendWR, c.nSend)
@@ -257,15 +253,8 @@ func (c *channel) freeRings() {
 // (responder_resources, initiator_depth); we ask for 8 outstanding RDMA
 // READs since write data is fetched by READ (the provider negotiates it
 // down to the initiator's IRD).
-//
-// An RDMA WRITE of data-in sent from a backstore's memory (viewInMin) has
-// one SGE per piece of it, up to viewMaxSGE; any other work request one.
 func (c *channel) qpConfig() rdma.QPConfig {
-	sge := 1
-	if c.local != nil {
-		sge = viewMaxSGE
-	}
-	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: sge, IRD: 4, ORD: 8, SRQ: c.srq}
+	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: 1, IRD: 4, ORD: 8, SRQ: c.srq}
 }
 
 func (c *channel) closing() bool { return chanState(c.stateMirr.Load()) >= stateDisconnecting }
