@@ -25,24 +25,26 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-# apt_install PKG...: apt-get update and install, tried three times (a mirror
-# or the dpkg lock of a starting machine's own apt run can fail one try).
-apt_install() {
+# retry CMD...: three tries (a mirror, the module proxy or the dpkg lock of a
+# starting machine's own apt run can fail one try).
+retry() {
   local try
   for try in 1 2 3; do
-    if $SUDO apt-get update -qq &&
-      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-        -o DPkg::Lock::Timeout=120 "$@" >/dev/null; then
-      return 0
-    fi
-    echo "deps: apt-get failed (try $try of 3)" >&2
+    "$@" && return 0
+    echo "deps: '$*' failed (try $try of 3)" >&2
     sleep $((try * 10))
   done
   return 1
 }
+# apt_once PKG...: one apt-get update and install.
+apt_once() {
+  $SUDO apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+      -o DPkg::Lock::Timeout=120 "$@" >/dev/null
+}
 if ((${#missing[@]})); then
   echo "deps: installing ${missing[*]}"
-  apt_install "${missing[@]}"
+  retry apt_once "${missing[@]}"
 fi
 # Single-node Ceph for the RBD backstore tests (scripts/ceph-up.sh) and the
 # cgo rbd backstore (-tags ceph,pacific), sg3_utils to decode ALUA pages. Not
@@ -54,20 +56,10 @@ for p in "${ceph[@]}"; do
 done
 if ((${#cmissing[@]})); then
   echo "deps: installing ${cmissing[*]}"
-  apt_install "${cmissing[@]}" ||
+  retry apt_once "${cmissing[@]}" ||
     echo "deps: WARNING: could not install ${cmissing[*]}: the Ceph RBD tests will be skipped" >&2
 fi
 export PATH=$PATH:/usr/local/go/bin
-# retry CMD...: three tries (the module proxy can fail one request)
-retry() {
-  local try
-  for try in 1 2 3; do
-    "$@" && return 0
-    echo "deps: '$*' failed (try $try of 3)" >&2
-    sleep $((try * 5))
-  done
-  return 1
-}
 retry go mod download
 # static analysis, pinned (scripts/test.sh runs it)
 staticcheck_version=v0.8.2
