@@ -112,6 +112,23 @@ type NonBlocking interface {
 	NonBlocking() bool
 }
 
+// Viewer is implemented by backstores whose data lives in the process's
+// memory (RAM) and can be sent from where it lies: a fabric then transmits
+// a READ's data-in straight from the backstore's memory instead of a copy
+// of it (one memory copy less per byte read; LIO's ramdisk copies into the
+// command's pages instead).
+type Viewer interface {
+	// View appends to views the slices of the backstore's memory that hold
+	// the length bytes at byte offset off, in order (their lengths sum to
+	// length), and returns the extended list. Ranges never written may be
+	// given as slices of shared zeros. The caller only reads the slices;
+	// they stay valid memory while it holds them, but a later write or
+	// unmap of the range changes what they hold (the caller orders that,
+	// as the SCSI core's task set does). Errors as ReadAt's: ErrClosed,
+	// ErrOutOfRange.
+	View(views [][]byte, off, length int64) ([][]byte, error)
+}
+
 // ErrClosed is returned by operations on a closed backstore.
 var ErrClosed = errors.New("backstore: closed")
 

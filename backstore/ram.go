@@ -108,6 +108,24 @@ func (r *RAM) ReadAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// ramZeros is what View gives for chunks never written: never written to.
+var ramZeros [RAMChunkSize]byte
+
+// View implements Viewer: one slice per chunk the range touches (at most
+// RAMChunkSize bytes each), of ramZeros for a chunk never written. A chunk
+// freed by Unmap after View stays valid memory for the holder (Go's
+// garbage collector keeps it).
+func (r *RAM) View(views [][]byte, off, length int64) ([][]byte, error) {
+	err := r.walk(off, length, false, func(_ int64, c *ramChunk, co, m, _ int64) {
+		if c == nil {
+			views = append(views, ramZeros[:m:m])
+		} else {
+			views = append(views, c.data[co:co+m:co+m])
+		}
+	})
+	return views, err
+}
+
 // WriteAt implements io.WriterAt.
 func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
 	err := r.walk(off, int64(len(p)), true, func(ci int64, c *ramChunk, co, m, done int64) {

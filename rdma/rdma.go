@@ -337,6 +337,21 @@ type Doorbeller interface {
 	Doorbell()
 }
 
+// LocalRegioner is implemented by devices whose providers read local
+// memory with the CPU (the pure-Go iWARP provider), so any memory can be
+// the source of a SEND or RDMA WRITE without registering it: a consumer
+// sends data where it lies (a RAM backstore's pages) instead of copying it
+// into a registered buffer first. Hardware providers, whose adapter reads
+// the memory by DMA, need Register instead.
+type LocalRegioner interface {
+	// LocalRegion returns a region over buf usable only in the local SGEs
+	// of SEND and RDMA WRITE work requests on this device: no remote key
+	// names it (RKey 0), it has no rights (it cannot be an RDMA READ's or
+	// a receive's sink), and Deregister is not needed. buf must stay valid
+	// memory until those work requests complete.
+	LocalRegion(buf []byte) MemoryRegion
+}
+
 // Device is a protection domain on one provider: memory registered on it is
 // usable by every connection dialled or accepted through it.
 type Device interface {

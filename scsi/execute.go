@@ -28,25 +28,54 @@ type cmdCtx struct {
 // opcode and CDB validation, task set admission, reservation check, then
 // the command itself.
 func (s *session) Execute(ctx context.Context, cmd *Command) Result {
+	res, _ := s.start(ctx, cmd, false)
+	return res
+}
+
+// start is Execute. With inline set (the fabric's goroutine, which must
+// not block) a command that would wait in the task set is returned as a
+// dormant task instead, for resume to finish on another goroutine.
+func (s *session) start(ctx context.Context, cmd *Command, inline bool) (Result, *task) {
 	cdb := cmd.CDB
 	lu, ro := s.lookup(cmd.LUN)
 	if len(cdb) == 0 {
-		return checkResult(badCDB(0, -1), false)
+		return checkResult(badCDB(0, -1), false), nil
 	}
 	if lu == nil {
-		return s.executeNoLU(cmd)
+		return s.executeNoLU(cmd), nil
 	}
 	if ro && WritesMedium(cdb) {
-		return writeProtected(cmd, lu)
+		return writeProtected(cmd, lu), nil
 	}
 	o := lu.cfg.Observer
 	if o == nil {
-		return s.executeLU(ctx, cmd, lu, ro)
+		return s.executeLU(ctx, cmd, lu, ro, inline)
 	}
 	o.Started()
 	t0 := s.t.clock.Now()
-	res := s.executeLU(ctx, cmd, lu, ro)
+	res, t := s.executeLU(ctx, cmd, lu, ro, inline)
+	if t != nil {
+		t.started = t0
+		return res, t
+	}
 	o.Finished(&res, s.t.clock.Now().Sub(t0))
+	return res, nil
+}
+
+// resume finishes a task start left dormant: it waits until the task is
+// enabled, then runs it as Execute would have.
+func (s *session) resume(t *task) Result {
+	c := &t.cmdCtx
+	f, run := ok, t.ts.await(c.ctx, t)
+	if run {
+		if f = c.lu.checkReservation(c); f.failed() {
+			run = false
+		}
+	}
+	res := s.finish(t, f, true, run)
+	if o := c.lu.cfg.Observer; o != nil {
+		o.Finished(&res, s.t.clock.Now().Sub(t.started))
+	}
 	return res
 }
 
@@ -59,23 +88,24 @@ func writeProtected(cmd *Command, lu *LogicalUnit) Result {
 	return r
 }
 
-// executeLU runs a command addressed to logical unit lu.
-func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, ro bool) Result {
+// executeLU runs a command addressed to logical unit lu, or with inline
+// set returns it as a dormant task (start).
+func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, ro, inline bool) (Result, *task) {
 	t := &task{sess: s, tag: cmd.Tag, attr: cmd.Attr, ts: &lu.ts}
 	t.cmd = cmd // before the tag is visible: Abandon matches it
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return Result{Aborted: true}
+		return Result{Aborted: true}, nil
 	}
 	if _, dup := s.tags[cmd.Tag]; dup {
 		s.mu.Unlock()
-		return checkResult(fail(ReasonOverlappedCommands), lu.dsense())
+		return checkResult(fail(ReasonOverlappedCommands), lu.dsense()), nil
 	}
 	if ctx.Err() != nil {
 		// Abandoned (Abandon) or closed before it began: it takes no tag.
 		s.mu.Unlock()
-		return Result{Aborted: true}
+		return Result{Aborted: true}, nil
 	}
 	s.tags[cmd.Tag] = t
 	lu.ts.register(t) // under s.mu: no TMF sees the tag but misses the task
@@ -90,7 +120,17 @@ func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, 
 	c.ctx, c.s, c.lu, c.cdb, c.ro = ctx, s, lu, cmd.CDB, ro // c.cmd is set before the tag is visible
 	c.desc = lu.dsense()
 
-	f, entered, run := s.admit(ctx, t)
+	f, entered, run, dormant := s.admit(ctx, t, !inline)
+	if dormant {
+		return Result{}, t
+	}
+	return s.finish(t, f, entered, run), nil
+}
+
+// finish runs an admitted task (run), leaves the task set (entered) or
+// the pending list, and builds the command's result.
+func (s *session) finish(t *task, f failure, entered, run bool) Result {
+	c, lu, ctx := &t.cmdCtx, t.cmdCtx.lu, t.cmdCtx.ctx
 	if entered {
 		if run {
 			f = c.ent.exec(c)
@@ -206,7 +246,16 @@ func (s *session) Check(cmd *Command) (Result, bool) {
 // Submit implements Session.
 func (s *session) Submit(ctx context.Context, cmd *Command, c Completer) (Result, bool) {
 	if s.runsInline(cmd) {
-		return s.Execute(ctx, cmd), true
+		res, t := s.start(ctx, cmd, true)
+		if t == nil {
+			return res, true
+		}
+		// An ORDERED or HEAD OF QUEUE task entered after runsInline
+		// looked: waiting for it here could wait for this goroutine
+		// itself (an ORDERED task waits for the data-in views the
+		// fabric releases on it).
+		go func() { c.Complete(cmd, s.resume(t)) }()
+		return Result{}, false
 	}
 	go func() { c.Complete(cmd, s.Execute(ctx, cmd)) }()
 	return Result{}, false
@@ -227,8 +276,11 @@ func (s *session) runsInline(cmd *Command) bool {
 
 // admit runs the checks before a command may execute and enters the task
 // set. entered reports whether t joined the task set (then leave must be
-// called); run whether the command may execute.
-func (s *session) admit(ctx context.Context, t *task) (f failure, entered, run bool) {
+// called); run whether the command may execute. With mayWait false a task
+// that would wait in the task set is left dormant there (dormant true):
+// nothing has been done for it but checks without effect (a unit
+// attention fails the command before it gets here).
+func (s *session) admit(ctx context.Context, t *task, mayWait bool) (f failure, entered, run, dormant bool) {
 	c, lu := &t.cmdCtx, t.cmdCtx.lu
 	op := c.cdb[0]
 	// Unit attention (SAM-5 §5.14): INQUIRY and REPORT LUNS neither report
@@ -241,35 +293,39 @@ func (s *session) admit(ctx context.Context, t *task) (f failure, entered, run b
 	} else if c.cmd.Checked {
 		// Check took the unit attention before the data moved.
 	} else if r := lu.takeUAFast(s.key, t.knownLU); r != ReasonNone {
-		return fail(r), false, false
+		return fail(r), false, false, false
 	}
 	ent, f := s.t.ops.lookup(c.cdb)
 	if f.failed() {
-		return f, false, false
+		return f, false, false, false
 	}
 	c.ent = ent
 	if f := ent.validate(c.cdb); f.failed() {
-		return f, false, false
+		return f, false, false, false
 	}
 	if f := s.aluaCheck(c.cdb); f.failed() {
-		return f, false, false
+		return f, false, false, false
 	}
 	if t.attr == TaskACA {
 		// NACA is not supported, so no ACA condition exists for an ACA task
 		// to run in; LIO's transport_check_alloc_task_attr answers INVALID
 		// FIELD IN CDB (no field pointer).
-		return fail(ReasonInvalidCDBField), false, false
+		return fail(ReasonInvalidCDBField), false, false, false
 	}
 	if h := s.t.hooks.beforeEnter; h != nil {
 		h(t)
 	}
-	if !lu.ts.enter(ctx, t) {
-		return ok, true, false
+	en, dormant := lu.ts.enter(ctx, t, mayWait)
+	if dormant {
+		return ok, true, false, true
+	}
+	if !en {
+		return ok, true, false, false
 	}
 	if f := lu.checkReservation(c); f.failed() {
-		return f, true, false
+		return f, true, false, false
 	}
-	return ok, true, true
+	return ok, true, true, false
 }
 
 func (s *session) untag(t *task) {

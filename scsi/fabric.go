@@ -68,6 +68,36 @@ type Command struct {
 	// Checked is set by the fabric when Check accepted the command: its
 	// unit attention check is not repeated.
 	Checked bool
+	// ViewIn, set by the fabric, lets a SIMPLE READ(6/10/12/16) of a
+	// logical unit whose backstore is a backstore.Viewer give its data-in
+	// as DataInViews, slices of the backstore's memory, instead of copying
+	// it into DataIn. The fabric then sends from those slices and calls
+	// ReleaseViews once it no longer reads them; until then an ORDERED
+	// task of the logical unit waits (SAM-5 §8.6.3: it starts after the
+	// older tasks, their data transfers included, have ended), while
+	// SIMPLE tasks, overlapping or not, may change the data being sent
+	// (their order is unspecified anyway).
+	ViewIn bool
+	// DataInViews is where the core puts those slices (Result.DataInLen
+	// bytes in all, in order); the fabric may give it capacity to reuse.
+	// Empty when the data-in is in DataIn.
+	DataInViews [][]byte
+	// viewTS is the task set that holds ORDERED tasks back until
+	// ReleaseViews, viewKey the I_T nexus whose views they are.
+	viewTS  *taskSet
+	viewKey string
+}
+
+// ReleaseViews ends the fabric's use of DataInViews: the slices are
+// dropped (their capacity kept) and the logical unit's ORDERED tasks may
+// start. Safe to call when the command has no views, and twice.
+func (c *Command) ReleaseViews() {
+	if c.viewTS != nil {
+		c.viewTS.releaseView(c.viewKey)
+		c.viewTS = nil
+	}
+	clear(c.DataInViews)
+	c.DataInViews = c.DataInViews[:0]
 }
 
 // Result is the outcome of a command.

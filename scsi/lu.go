@@ -111,6 +111,9 @@ type LogicalUnit struct {
 	// nonBlocking: the backstore never blocks (backstore.NonBlocking), so
 	// READ and WRITE may run on the fabric's goroutine (Session.Submit).
 	nonBlocking bool
+	// viewer: the backstore's data can be sent from where it lies
+	// (backstore.Viewer, Command.ViewIn).
+	viewer backstore.Viewer
 
 	naa      [16]byte
 	serial   string
@@ -206,6 +209,9 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	}
 	if nb, ok := cfg.Backstore.(backstore.NonBlocking); ok {
 		lu.nonBlocking = nb.NonBlocking()
+	}
+	if v, ok := cfg.Backstore.(backstore.Viewer); ok {
+		lu.viewer = v
 	}
 	if cfg.MaxTransferBytes == 0 {
 		lu.cfg.MaxTransferBytes = 8 << 20

@@ -139,6 +139,17 @@ func execRead(c *cmdCtx) failure {
 	if m == 0 {
 		return ok
 	}
+	if cmd := c.cmd; cmd.ViewIn && cmd.Attr == TaskSimple && lu.viewer != nil && cmd.viewTS == nil {
+		views, err := lu.viewer.View(cmd.DataInViews[:0], lu.byteOff(lba), int64(m))
+		if err == nil {
+			lu.ts.holdView(c.s.key)
+			cmd.DataInViews, cmd.viewTS, cmd.viewKey = views, &lu.ts, c.s.key
+			c.res.DataInLen = m
+			return ok
+		}
+		// ReadAt below meets the same error and reports it.
+		clear(views)
+	}
 	if got, err := lu.bs.ReadAt(c.cmd.DataIn[:m], lu.byteOff(lba)); err != nil {
 		// INFORMATION names the first block in error (SBC-3 §4.18.1):
 		// the backstore read the blocks before it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // task is one command in a logical unit's task set (SAM-5 §8). It also
@@ -27,6 +28,9 @@ type task struct {
 	// reportAborted: the abort came from another nexus with TAS=1, so the
 	// command completes with TASK ABORTED status instead of silently.
 	reportAborted bool
+	// started is when an Observer saw the command start (Observer.Started)
+	// when it was left dormant (session.start).
+	started time.Time
 
 	cmdCtx
 }
@@ -51,8 +55,14 @@ type taskSet struct {
 	nOrdHoQ      int // ORDERED or HEAD OF QUEUE tasks in the set
 	// ordered mirrors nOrdHoQ for readers without ts.mu (Submit's inline
 	// decision).
-	ordered  atomic.Int32
-	waiting  int // tasks blocked in enter
+	ordered atomic.Int32
+	waiting int // tasks blocked in enter
+	// views counts the commands whose data-in a fabric still sends from
+	// the backstore's memory (Command.ViewIn), in all and per I_T nexus
+	// (the key of session.key): ORDERED tasks wait for 0, of their own
+	// nexus when each nexus has its own task set.
+	views     int
+	nexusView map[string]int
 	perNexus bool
 }
 
@@ -64,6 +74,9 @@ func (ts *taskSet) blockedLocked(t *task) bool {
 	case TaskHeadOfQueue:
 		return false
 	case TaskOrdered:
+		if ts.views > 0 && (!ts.perNexus || ts.nexusView[t.sess.key] > 0) {
+			return true
+		}
 		for o := ts.head; o != nil && o != t; o = o.next {
 			if !ts.perNexus || o.sess.key == t.sess.key {
 				return true
@@ -87,6 +100,35 @@ func (ts *taskSet) blockedLocked(t *task) bool {
 		}
 		return false
 	}
+}
+
+// holdView counts one more command whose data-in is sent from the
+// backstore's memory for the I_T nexus named key.
+func (ts *taskSet) holdView(key string) {
+	ts.mu.Lock()
+	ts.views++
+	if ts.nexusView == nil {
+		ts.nexusView = make(map[string]int)
+	}
+	ts.nexusView[key]++
+	ts.mu.Unlock()
+}
+
+// releaseView ends a holdView(key) and wakes the waiting tasks when the
+// nexus's count reaches 0.
+func (ts *taskSet) releaseView(key string) {
+	ts.mu.Lock()
+	ts.views--
+	n := ts.nexusView[key] - 1
+	if n == 0 {
+		delete(ts.nexusView, key)
+		if ts.waiting > 0 {
+			ts.cond.Broadcast()
+		}
+	} else {
+		ts.nexusView[key] = n
+	}
+	ts.mu.Unlock()
 }
 
 // linkBack appends t to the list (*head, *tail).
@@ -140,9 +182,12 @@ func (ts *taskSet) unregister(t *task) (aborted, report bool) {
 }
 
 // enter moves t from the pending list into the task set and waits until it
-// is enabled. It returns false if t was aborted (by a TMF or ctx) before
-// or while dormant; t stays in the set until leave either way.
-func (ts *taskSet) enter(ctx context.Context, t *task) bool {
+// is enabled. enabled is false if t was aborted (by a TMF or ctx) before
+// or while dormant; t stays in the set until leave either way. With
+// mayWait false (a goroutine that must not block: Session.Submit's inline
+// run) a t that would wait is left dormant instead (dormant true), for
+// await to finish on another goroutine.
+func (ts *taskSet) enter(ctx context.Context, t *task, mayWait bool) (enabled, dormant bool) {
 	ts.mu.Lock()
 	unlink(&ts.phead, &ts.ptail, t)
 	ts.seq++
@@ -170,8 +215,26 @@ func (ts *taskSet) enter(ctx context.Context, t *task) bool {
 	if !ts.blockedLocked(t) || t.aborted {
 		t.enabled = !t.aborted
 		ts.mu.Unlock()
-		return t.enabled
+		return t.enabled, false
 	}
+	if !mayWait {
+		// Dormant in the task set, as a waiting task is; await waits.
+		ts.mu.Unlock()
+		return false, true
+	}
+	return ts.awaitLocked(ctx, t), false
+}
+
+// await waits, on a goroutine that may block, until the task that enter
+// left dormant (mayWait false) is enabled or aborted, and reports whether
+// it may run.
+func (ts *taskSet) await(ctx context.Context, t *task) bool {
+	ts.mu.Lock()
+	return ts.awaitLocked(ctx, t)
+}
+
+// awaitLocked is await with ts.mu held; it unlocks ts.mu.
+func (ts *taskSet) awaitLocked(ctx context.Context, t *task) bool {
 	stop := context.AfterFunc(ctx, func() {
 		ts.mu.Lock()
 		t.aborted = true

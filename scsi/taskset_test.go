@@ -1,10 +1,13 @@
 package scsi
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/gosrp/gosrp/backstore"
 	"github.com/gosrp/gosrp/scsi/sense"
 )
 
@@ -269,5 +272,171 @@ func TestACAAttribute(t *testing.T) {
 	r := f.s.Execute(testCtx(t), &Command{Tag: 7, CDB: cdbTUR(), Attr: TaskACA})
 	if s := wantSense(t, r, sense.KeyIllegalRequest, 0x24, 0x00); s.SKSValid {
 		t.Fatal("field pointer for a task attribute")
+	}
+}
+
+// A SIMPLE READ with ViewIn on a RAM logical unit gives its data-in as
+// slices of the backstore's memory; until the fabric releases them an
+// ORDERED task stays dormant (its older tasks' data transfers have not
+// ended, SAM-5 §8.6.3) while a HEAD OF QUEUE task runs at once.
+func TestDataInViewsHoldOrderedTasks(t *testing.T) {
+	ram := backstore.NewRAM(1 << 20)
+	want := make([]byte, 8192)
+	for i := range want {
+		want[i] = byte(i * 13)
+	}
+	if _, err := ram.WriteAt(want, 4096); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, LUConfig{Backstore: ram})
+	ctx := testCtx(t)
+	// 16 blocks at LBA 8 (byte 4096): 8 KiB written, then 0 .. the rest of
+	// the backstore never written (zeros).
+	rd := &Command{Tag: 5001, CDB: cdb16(0x88, 0, 8, 32), DataIn: make([]byte, 16384), ViewIn: true}
+	r := f.s.Execute(ctx, rd)
+	if r.Status != sense.StatusGood || r.DataInLen != 16384 {
+		t.Fatalf("READ: %+v", r)
+	}
+	if len(rd.DataInViews) == 0 {
+		t.Fatal("no views: the data-in was copied")
+	}
+	if !bytes.Equal(rd.DataIn, make([]byte, 16384)) {
+		t.Error("the core wrote DataIn although it gave views")
+	}
+	got := bytes.Join(rd.DataInViews, nil)
+	wantAll := append(append([]byte(nil), want...), make([]byte, 8192)...)
+	if !bytes.Equal(got, wantAll) {
+		t.Fatalf("views hold %d bytes, not the backstore's %d", len(got), len(wantAll))
+	}
+	ord := f.goExec(ctx, f.s, readCmd(5002, 2, TaskOrdered))
+	waitFor(t, "ORDERED task dormant behind the views", func() bool {
+		f.lu.ts.mu.Lock()
+		defer f.lu.ts.mu.Unlock()
+		return f.lu.ts.waiting == 1
+	})
+	if r := waitResult(t, f.goExec(ctx, f.s, readCmd(5003, 3, TaskHeadOfQueue))); r.Status != sense.StatusGood {
+		t.Fatalf("HEAD OF QUEUE READ beside the views: %+v", r)
+	}
+	select {
+	case r := <-ord:
+		t.Fatalf("ORDERED task ran while views were held: %+v", r)
+	default:
+	}
+	rd.ReleaseViews()
+	rd.ReleaseViews() // twice is harmless
+	if r := waitResult(t, ord); r.Status != sense.StatusGood {
+		t.Fatalf("ORDERED after the release: %+v", r)
+	}
+	if len(rd.DataInViews) != 0 || cap(rd.DataInViews) == 0 {
+		t.Errorf("after ReleaseViews: %d views, capacity %d (want 0, kept)", len(rd.DataInViews), cap(rd.DataInViews))
+	}
+	// Without ViewIn, or for an ORDERED READ, the data is copied.
+	for _, c := range []*Command{
+		{Tag: 5004, CDB: cdb16(0x88, 0, 8, 16), DataIn: make([]byte, 8192)},
+		{Tag: 5005, CDB: cdb16(0x88, 0, 8, 16), DataIn: make([]byte, 8192), ViewIn: true, Attr: TaskOrdered},
+	} {
+		if r := f.s.Execute(ctx, c); r.Status != sense.StatusGood || len(c.DataInViews) != 0 || !bytes.Equal(c.DataIn, want) {
+			t.Errorf("tag %d: %+v, %d views, data equal %v", c.Tag, r, len(c.DataInViews), bytes.Equal(c.DataIn, want))
+		}
+	}
+}
+
+// chanCompleter hands Submit's asynchronous results to a channel.
+type chanCompleter chan Result
+
+func (c chanCompleter) Complete(_ *Command, r Result) { c <- r }
+
+// A SIMPLE READ that Submit chose to run inline (no ORDERED task was in the
+// task set when it looked) may meet an ORDERED task that entered just
+// before it and waits for views the fabric's goroutine holds: it must not
+// wait on that goroutine (which would release the views), so Submit hands
+// it, still dormant behind the ORDERED task, to a goroutine of the core.
+func TestInlineSubmitNeverWaits(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	ctx := testCtx(t)
+	x := &Command{Tag: 1, CDB: cdb16(0x88, 0, 0, 128), DataIn: make([]byte, 64<<10), ViewIn: true}
+	if r := f.s.Execute(ctx, x); r.Status != sense.StatusGood || len(x.DataInViews) == 0 {
+		t.Fatalf("READ with views: %+v, %d views", r, len(x.DataInViews))
+	}
+	// Another initiator's ORDERED task enters after runsInline looked.
+	sB := f.tg.NewSession(nexusB)
+	t.Cleanup(sB.Close)
+	f.run(sB, 0, cdbTUR(), nil, 0) // power-on unit attention
+	var ord <-chan Result
+	f.tg.hooks.beforeEnter = func(tk *task) {
+		if tk.tag != 3 {
+			return
+		}
+		ord = f.goExec(ctx, sB, readCmd(2, 0, TaskOrdered))
+		waitFor(t, "ORDERED task dormant behind the views", func() bool {
+			f.lu.ts.mu.Lock()
+			defer f.lu.ts.mu.Unlock()
+			return f.lu.ts.waiting == 1
+		})
+	}
+	y := &Command{Tag: 3, CDB: cdb16(0x88, 0, 256, 128), DataIn: make([]byte, 64<<10), ViewIn: true}
+	done := make(chanCompleter, 1)
+	type ret struct {
+		r      Result
+		inline bool
+	}
+	sub := make(chan ret, 1)
+	go func() { r, in := f.s.Submit(ctx, y, done); sub <- ret{r, in} }()
+	select {
+	case s := <-sub:
+		if s.inline {
+			t.Fatalf("Submit ran the READ inline behind a dormant ORDERED task: %+v", s.r)
+		}
+	case <-time.After(5 * time.Second):
+		x.ReleaseViews()
+		t.Fatal("Submit waited in the task set on the fabric's goroutine")
+	}
+	f.tg.hooks.beforeEnter = nil
+	select {
+	case r := <-done:
+		t.Fatalf("the READ completed before the older ORDERED task: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	x.ReleaseViews()
+	// The ORDERED task ran, then the READ, from the views again.
+	if r := waitResult(t, ord); r.Status != sense.StatusGood {
+		t.Fatalf("ORDERED READ: %+v", r)
+	}
+	r := waitResult(t, done)
+	if r.Status != sense.StatusGood || r.DataInLen != 64<<10 || len(y.DataInViews) == 0 {
+		t.Fatalf("the READ after the ORDERED task: %+v, %d views", r, len(y.DataInViews))
+	}
+	y.ReleaseViews()
+}
+
+// With a task set per I_T nexus (control mode page TST=001b) only the
+// nexus's own views hold its ORDERED tasks: another nexus's steady reads
+// cannot starve them.
+func TestViewsPerNexusTaskSet(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	ctx := testCtx(t)
+	cdb, p := modeSelect10(hx(`0a 0a 22 10 00 40 00 00 ff ff 00 1e`))
+	f.good(cdb, p)
+	sB := f.tg.NewSession(nexusB)
+	t.Cleanup(sB.Close)
+	for range 3 { // power-on, then mode parameters changed
+		f.run(sB, 0, cdbTUR(), nil, 0)
+	}
+	x := &Command{Tag: 1, CDB: cdb16(0x88, 0, 0, 128), DataIn: make([]byte, 64<<10), ViewIn: true}
+	if r := f.s.Execute(ctx, x); r.Status != sense.StatusGood || len(x.DataInViews) == 0 {
+		t.Fatalf("READ with views: %+v, %d views", r, len(x.DataInViews))
+	}
+	if r := waitResult(t, f.goExec(ctx, sB, readCmd(2, 0, TaskOrdered))); r.Status != sense.StatusGood {
+		t.Fatalf("nexus B's ORDERED READ: %+v", r)
+	}
+	ord := f.goExec(ctx, f.s, readCmd(3, 0, TaskOrdered))
+	select {
+	case r := <-ord:
+		t.Fatalf("nexus A's ORDERED task ran while its views were held: %+v", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	x.ReleaseViews()
+	if r := waitResult(t, ord); r.Status != sense.StatusGood {
+		t.Fatalf("nexus A's ORDERED READ after the release: %+v", r)
 	}
 }

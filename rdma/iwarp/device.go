@@ -274,6 +274,12 @@ func (d *Device) Register(buf []byte, access rdma.Access) (rdma.MemoryRegion, er
 	return m, nil
 }
 
+// LocalRegion implements rdma.LocalRegioner: a region with STag 0, which
+// no remote access finds (the STag table never holds 0), and no rights.
+func (d *Device) LocalRegion(buf []byte) rdma.MemoryRegion {
+	return &memoryRegion{dev: d, buf: buf}
+}
+
 // lookup returns the valid region named by stag, or nil.
 func (d *Device) lookup(stag uint32) *memoryRegion {
 	d.mrMu.RLock()

@@ -49,8 +49,8 @@ type txState struct {
 	werrno syscall.Errno
 	writeF func(fd uintptr) bool
 	block  bool // writev waits for room in the socket (flush)
-	// snap holds copies of Read Response payloads covered by a CRC until
-	// they are written.
+	// snap holds copies of shared payloads (Read Responses, local
+	// regions) covered by a CRC until they are written.
 	snap []byte
 }
 
@@ -217,6 +217,21 @@ func (t *txState) end() {
 	t.iov = append(t.iov, tr)
 }
 
+// snapshot appends a copy of p, memory others may change while the FPDU
+// waits for writev, to the FPDU being built.
+func (t *txState) snapshot(p []byte) {
+	k := len(t.snap)
+	t.snap = slices.Grow(t.snap, len(p))[:k+len(p)]
+	copyShared(t.snap[k:], p)
+	t.payload(t.snap[k : k+len(p) : k+len(p)])
+}
+
+// isLocalRegion reports whether mr is one of Device.LocalRegion's.
+func isLocalRegion(mr rdma.MemoryRegion) bool {
+	m, ok := mr.(*memoryRegion)
+	return ok && m.stag == 0
+}
+
 // sglCursor walks a gather list in payload-sized pieces.
 type sglCursor struct {
 	sgl []rdma.SGE
@@ -229,7 +244,14 @@ func (s *sglCursor) take(t *txState, n int) {
 	for n > 0 && s.i < len(s.sgl) {
 		b := s.sgl[s.i].Bytes()
 		k := min(n, len(b)-s.off)
-		t.payload(b[s.off : s.off+k])
+		if t.c.crc && isLocalRegion(s.sgl[s.i].MR) {
+			// A local region is memory the consumer shares (a RAM
+			// backstore's pages, which a concurrent WRITE may change):
+			// the bytes sent must be those the CRC covers.
+			t.snapshot(b[s.off : s.off+k])
+		} else {
+			t.payload(b[s.off : s.off+k])
+		}
 		s.off += k
 		n -= k
 		if s.off == len(b) {
@@ -291,10 +313,7 @@ func (t *txState) emitTagged(op uint8, stag uint32, to uint64, sgl []rdma.SGE, d
 			// the local consumer may change before writev copies it: the
 			// bytes sent must be the bytes the CRC covers, so they are
 			// copied first.
-			k := len(t.snap)
-			t.snap = slices.Grow(t.snap, n)[:k+n]
-			copyShared(t.snap[k:], data[off:off+n])
-			t.payload(t.snap[k : k+n : k+n])
+			t.snapshot(data[off : off+n])
 		} else if data != nil {
 			t.payload(data[off : off+n])
 		} else {

@@ -61,6 +61,9 @@ type channel struct {
 	cqn      rdma.CQNotifier
 	compBuf  []rdma.Completion
 	compFree chan []rdma.Completion
+	// local is the device as an rdma.LocalRegioner, nil when its memory
+	// must be registered: then data-in is always copied into a buffer.
+	local rdma.LocalRegioner
 	// bell is conn as an rdma.Doorbeller: work is posted deferred and the
 	// loop rings once per turn (rang: something was posted since).
 	bell rdma.Doorbeller
@@ -151,6 +154,7 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 		nSend:      cfg.RQSize + nReserved,
 		cred:       newCredits(cfg.RQSize),
 	}
+	c.local, _ = p.dev.(rdma.LocalRegioner)
 	c.events = make(chan event, c.nRecv+c.nSend+8)
 	c.initWRRing(cfg.SQSize)
 	c.ctxWR = make([]rdma.SendWR, c.nSend)
@@ -253,8 +257,15 @@ func (c *channel) freeRings() {
 // (responder_resources, initiator_depth); we ask for 8 outstanding RDMA
 // READs since write data is fetched by READ (the provider negotiates it
 // down to the initiator's IRD).
+//
+// An RDMA WRITE of data-in sent from a backstore's memory (viewInMin) has
+// one SGE per piece of it, up to viewMaxSGE; any other work request one.
 func (c *channel) qpConfig() rdma.QPConfig {
-	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: 1, IRD: 4, ORD: 8, SRQ: c.srq}
+	sge := 1
+	if c.local != nil {
+		sge = viewMaxSGE
+	}
+	return rdma.QPConfig{SendDepth: c.cfg.SQSize, RecvDepth: c.nRecv, MaxSGE: sge, IRD: 4, ORD: 8, SRQ: c.srq}
 }
 
 func (c *channel) closing() bool { return chanState(c.stateMirr.Load()) >= stateDisconnecting }
@@ -539,6 +550,14 @@ func (c *channel) transition(ev chanEvent) {
 			}
 		}
 		c.readQ.reset()
+		// Responses never posted get no completion, so what their
+		// commands hold of the core (data-in views, which keep ORDERED
+		// tasks of the logical unit dormant) is given back now.
+		for _, b := range c.sendQ.buf[c.sendQ.head:] {
+			if b.rec.kind == wrRsp {
+				b.rec.cmd.sc.ReleaseViews()
+			}
+		}
 		c.sendQ.reset()
 		// Parked IUs will never run; with a shared receive queue their
 		// buffers go back to it now rather than at release.

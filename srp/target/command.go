@@ -32,6 +32,8 @@ type command struct {
 	sc   scsi.Command // what the SCSI core sees
 	sges []rdma.SGE   // local halves of the RDMA READs or WRITEs
 	wrs  []rdma.SendWR
+	// sgeAt[i] is where wrs[i]'s SGEs start in sges (data-in WRITEs).
+	sgeAt []int
 	// fetch is how many bytes of data-out to fetch: the descriptors' total,
 	// or less when the CDB asks for less (Session.Check).
 	fetch int
@@ -159,7 +161,8 @@ func (cmd *command) recycle() {
 	cmd.gen++
 	cmd.tag, cmd.lun, cmd.attr, cmd.cdb = 0, 0, 0, nil
 	cmd.state, cmd.aborted = cmdNew, false
-	cmd.sc = scsi.Command{}
+	cmd.sc.ReleaseViews()
+	cmd.sc = scsi.Command{DataInViews: cmd.sc.DataInViews}
 	clear(cmd.sges)
 	cmd.sges = cmd.sges[:0]
 	clear(cmd.wrs)
@@ -248,6 +251,9 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 			return
 		}
 		cmd.dataIn = cmd.inMR.Bytes()[:inBuf]
+		// The core may give a large READ's data-in as slices of a RAM
+		// backstore, sent from there: one memory copy of the data less.
+		sc.ViewIn = c.local != nil && inBuf >= viewInMin
 	}
 	switch iu.DataOut.Format {
 	case srp.DescImm:
@@ -489,12 +495,49 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 	n := min(max(res.DataInLen, 0), cmd.inLen)
 	flags, outRes, inRes := cmd.residuals(res.DataOutWanted, res.DataInWanted, n)
 	c.stats.readBytes.Add(uint64(n))
-	cmd.sges, cmd.wrs = cmd.sges[:0], cmd.wrs[:0]
+	c.dataInWrites(cmd, n)
+	c.respondWith(cmd, res.Status, res.Sense, flags, outRes, inRes, cmd.wrs)
+}
+
+// viewInMin is the smallest data-in, in bytes, sent from a backstore's
+// memory (scsi.Command.ViewIn) rather than copied: below it the copy
+// costs less than the regions and SGEs. viewMaxSGE bounds the SGEs of one
+// such RDMA WRITE (a RAM backstore's pieces are 64 KiB: 1 MiB per WRITE).
+const (
+	viewInMin  = 32 << 10
+	viewMaxSGE = 16
+)
+
+// dataInWrites builds in cmd.wrs the RDMA WRITEs that place n bytes of
+// data-in into the initiator's data-in descriptors, in order, each at most
+// MaxRDMASize bytes: from the command's buffer (one SGE each), or from the
+// backstore's memory the core gave (one SGE per piece, a WRITE cut short
+// at viewMaxSGE pieces).
+func (c *channel) dataInWrites(cmd *command, n int) {
+	cmd.sges, cmd.wrs, cmd.sgeAt = cmd.sges[:0], cmd.wrs[:0], cmd.sgeAt[:0]
+	views := cmd.sc.DataInViews
+	vi, vo := 0, 0 // the next byte of the views: views[vi][vo]
 	left, off := n, 0
 	for _, d := range cmd.in {
 		for done := 0; done < int(d.Len) && left > 0; {
 			k := min(int(d.Len)-done, c.cfg.MaxRDMASize, left)
-			cmd.sges = append(cmd.sges, rdma.SGE{MR: cmd.inMR, Offset: off, Length: k})
+			first := len(cmd.sges)
+			cmd.sgeAt = append(cmd.sgeAt, first)
+			if len(views) == 0 {
+				cmd.sges = append(cmd.sges, rdma.SGE{MR: cmd.inMR, Offset: off, Length: k})
+			} else {
+				got := 0
+				for got < k && len(cmd.sges)-first < viewMaxSGE {
+					v := views[vi][vo:]
+					m := min(len(v), k-got)
+					cmd.sges = append(cmd.sges, rdma.SGE{MR: c.local.LocalRegion(v[:m:m]), Length: m})
+					got += m
+					if vo += m; vo == len(views[vi]) {
+						vi, vo = vi+1, 0
+					}
+				}
+				k = got
+			}
 			cmd.wrs = append(cmd.wrs, rdma.SendWR{
 				Op:     rdma.OpRDMAWrite,
 				Remote: rdma.RemoteAddr{Addr: d.VA + uint64(done), RKey: d.Key},
@@ -504,12 +547,13 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 			left -= k
 		}
 	}
+	cmd.sgeAt = append(cmd.sgeAt, len(cmd.sges))
 	for i := range cmd.wrs {
-		cmd.wrs[i].Local = cmd.sges[i : i+1 : i+1]
+		a, b := cmd.sgeAt[i], cmd.sgeAt[i+1]
+		cmd.wrs[i].Local = cmd.sges[a:b:b]
 	}
 	// Room for the SEND queueSend appends, kept for the command's next use.
 	cmd.wrs = slices.Grow(cmd.wrs, 1)
-	c.respondWith(cmd, res.Status, res.Sense, flags, outRes, inRes, cmd.wrs)
 }
 
 // residuals compares the descriptor totals with the CDB's transfer

@@ -103,10 +103,16 @@ func rw16cdb(code byte, lba uint64) []byte {
 // core and a 64 MiB RAM logical unit at LUN 0, and dials it with
 // srp/initiator (one channel); the power-on unit attention is consumed.
 func iwarpStack(t testing.TB) (context.Context, *initiator.Session) {
+	return iwarpStackOn(t, backstore.NewRAM(64<<20), 0, 0)
+}
+
+// iwarpStackOn is iwarpStack with the logical unit on bs, the initiator's
+// max_sect (0: its default) and the port's MaxRDMASize (0: its default).
+func iwarpStackOn(t testing.TB, bs backstore.Backstore, maxSect, maxRDMA int) (context.Context, *initiator.Session) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st := scsi.NewTarget(scsi.TargetConfig{})
-	lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: backstore.NewRAM(64 << 20), BlockSize: 512})
+	lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: bs, BlockSize: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +122,7 @@ func iwarpStack(t testing.TB) (context.Context, *initiator.Session) {
 	log := slog.New(slog.DiscardHandler)
 	tdev := iwarp.NewDevice(iwarp.Config{Logger: log, CompleteOnTransmit: true})
 	t.Cleanup(func() { _ = tdev.Close() })
-	port, err := NewPort(Config{ServiceGUID: testGUID, DemoMode: true, Logger: log}, tdev, scsiCore{st})
+	port, err := NewPort(Config{ServiceGUID: testGUID, DemoMode: true, MaxRDMASize: maxRDMA, Logger: log}, tdev, scsiCore{st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +142,7 @@ func iwarpStack(t testing.TB) (context.Context, *initiator.Session) {
 	t.Cleanup(func() { _ = idev.Close() })
 	_, portStr, _ := net.SplitHostPort(l.Addr().String())
 	s, err := initiator.Dial(ctx, idev, initiator.Options{IDExt: testGUID, IOCGUID: testGUID,
-		Dest: "127.0.0.1:" + portStr, ChCount: 1, Logger: log})
+		Dest: "127.0.0.1:" + portStr, ChCount: 1, MaxSect: maxSect, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
