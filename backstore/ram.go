@@ -49,11 +49,16 @@ func (r *RAM) setSize(size int64) {
 			nc[i].Store(r.chunks[i].Load())
 		}
 	}
-	// Clear bytes past the new end in a kept partial last chunk so growth
-	// later reads zeros.
+	// A kept partial last chunk is replaced by a copy of its bytes before
+	// the new end, so growth later reads zeros there while views of the
+	// old chunk (View) keep the data they were given.
 	if size < r.size && size%RAMChunkSize != 0 && n > 0 {
 		if c := nc[n-1].Load(); c != nil {
-			clear(c.data[size%RAMChunkSize:])
+			k := size % RAMChunkSize
+			kept := (k + RAMPageSize - 1) / RAMPageSize
+			cc := &ramChunk{pages: c.pages & (1<<kept - 1)}
+			copy(cc.data[:k], c.data[:k])
+			nc[n-1].Store(cc)
 		}
 	}
 	r.chunks = nc

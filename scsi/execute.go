@@ -128,8 +128,17 @@ func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, 
 }
 
 // finish runs an admitted task (run), leaves the task set (entered) or
-// the pending list, and builds the command's result.
+// the pending list, and builds the command's result. A result that
+// carries no data-in (aborted, or any status but GOOD) keeps no views.
 func (s *session) finish(t *task, f failure, entered, run bool) Result {
+	res := s.finishTask(t, f, entered, run)
+	if res.Aborted || res.Status != sense.StatusGood {
+		t.cmd.ReleaseViews()
+	}
+	return res
+}
+
+func (s *session) finishTask(t *task, f failure, entered, run bool) Result {
 	c, lu, ctx := &t.cmdCtx, t.cmdCtx.lu, t.cmdCtx.ctx
 	if entered {
 		if run {

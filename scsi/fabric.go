@@ -72,7 +72,8 @@ type Command struct {
 	// logical unit whose backstore is a backstore.Viewer give its data-in
 	// as DataInViews, slices of the backstore's memory, instead of copying
 	// it into DataIn. The fabric then sends from those slices and calls
-	// ReleaseViews once it no longer reads them; until then an ORDERED
+	// ReleaseViews once it no longer reads them (the core has released
+	// them already when the result is not GOOD); until then an ORDERED
 	// task of the logical unit waits (SAM-5 §8.6.3: it starts after the
 	// older tasks, their data transfers included, have ended), while
 	// SIMPLE tasks, overlapping or not, may change the data being sent

@@ -63,7 +63,7 @@ type taskSet struct {
 	// nexus when each nexus has its own task set.
 	views     int
 	nexusView map[string]int
-	perNexus bool
+	perNexus  bool
 }
 
 func (ts *taskSet) init() { ts.cond.L = &ts.mu }

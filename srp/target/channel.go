@@ -96,12 +96,15 @@ type channel struct {
 	freeSend []int
 
 	// Loop-owned state.
-	state      chanState
-	stateMirr  atomic.Int32
-	cred       credits
-	wait       fifo[int]     // receive slots parked, in arrival order
-	rwrs       []rdma.RecvWR // scratch for posting receives
-	cmds       map[uint64]*command
+	state     chanState
+	stateMirr atomic.Int32
+	cred      credits
+	wait      fifo[int]     // receive slots parked, in arrival order
+	rwrs      []rdma.RecvWR // scratch for posting receives
+	cmds      map[uint64]*command
+	// unsent: commands whose responses were dropped unposted when the
+	// channel left LIVE (transition); their views are released at release.
+	unsent     []*command
 	nCmds      int // commands and TMFs holding a send context
 	executing  int // goroutines in Execute or TaskManagement
 	sqAvail    int
@@ -550,12 +553,13 @@ func (c *channel) transition(ev chanEvent) {
 			}
 		}
 		c.readQ.reset()
-		// Responses never posted get no completion, so what their
-		// commands hold of the core (data-in views, which keep ORDERED
-		// tasks of the logical unit dormant) is given back now.
+		// Responses never posted get no completion: what their commands
+		// hold of the core (data-in views, which keep ORDERED tasks of
+		// the logical unit dormant) is given back at release, when no
+		// RDMA WRITE posted before them can still read it.
 		for _, b := range c.sendQ.buf[c.sendQ.head:] {
 			if b.rec.kind == wrRsp {
-				b.rec.cmd.sc.ReleaseViews()
+				c.unsent = append(c.unsent, b.rec.cmd)
 			}
 		}
 		c.sendQ.reset()
@@ -627,6 +631,10 @@ func (c *channel) release() {
 		}
 	}
 	c.inUse, c.pool = nil, nil
+	for _, cmd := range c.unsent {
+		cmd.sc.ReleaseViews()
+	}
+	c.unsent = nil
 	// Shared receive buffers still held (parked IUs, commands that never
 	// finished) go back to the port's queue.
 	if len(c.held) > 0 {
