@@ -56,8 +56,13 @@ func (r *RAM) setSize(size int64) {
 		if c := nc[n-1].Load(); c != nil {
 			k := size % RAMChunkSize
 			kept := (k + RAMPageSize - 1) / RAMPageSize
-			cc := &ramChunk{pages: c.pages & (1<<kept - 1)}
-			copy(cc.data[:k], c.data[:k])
+			var cc *ramChunk
+			if pages := c.pages & (1<<kept - 1); pages != 0 {
+				// A chunk with no written page left is freed, as
+				// Unmap frees it.
+				cc = &ramChunk{pages: pages}
+				copy(cc.data[:k], c.data[:k])
+			}
 			nc[n-1].Store(cc)
 		}
 	}

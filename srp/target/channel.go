@@ -64,6 +64,9 @@ type channel struct {
 	// local is the device as an rdma.LocalRegioner, nil when its memory
 	// must be registered: then data-in is always copied into a buffer.
 	local rdma.LocalRegioner
+	// maxSGE is the SGEs per work request the queue pair grants (0:
+	// unknown; viewMaxSGE then bounds the views' RDMA WRITEs alone).
+	maxSGE int
 	// bell is conn as an rdma.Doorbeller: work is posted deferred and the
 	// loop rings once per turn (rang: something was posted since).
 	bell rdma.Doorbeller
@@ -322,6 +325,7 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 	if c.ordAvail <= 0 {
 		c.ordAvail = 1
 	}
+	c.maxSGE = caps.MaxSGE
 	if c.sqAvail != len(c.wrRing) {
 		c.initWRRing(c.sqAvail)
 	}

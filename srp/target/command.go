@@ -517,6 +517,10 @@ func (c *channel) dataInWrites(cmd *command, n int) {
 	cmd.sges, cmd.wrs, cmd.sgeAt = cmd.sges[:0], cmd.wrs[:0], cmd.sgeAt[:0]
 	views := cmd.sc.DataInViews
 	vi, vo := 0, 0 // the next byte of the views: views[vi][vo]
+	maxSGE := viewMaxSGE
+	if c.maxSGE > 0 {
+		maxSGE = min(maxSGE, c.maxSGE)
+	}
 	left, off := n, 0
 	for _, d := range cmd.in {
 		for done := 0; done < int(d.Len) && left > 0; {
@@ -527,7 +531,7 @@ func (c *channel) dataInWrites(cmd *command, n int) {
 				cmd.sges = append(cmd.sges, rdma.SGE{MR: cmd.inMR, Offset: off, Length: k})
 			} else {
 				got := 0
-				for got < k && len(cmd.sges)-first < viewMaxSGE {
+				for got < k && len(cmd.sges)-first < maxSGE {
 					v := views[vi][vo:]
 					m := min(len(v), k-got)
 					cmd.sges = append(cmd.sges, rdma.SGE{MR: c.local.LocalRegion(v[:m:m]), Length: m})
