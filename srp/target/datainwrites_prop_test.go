@@ -25,12 +25,17 @@ func (plainLocal) LocalRegion(b []byte) rdma.MemoryRegion { return plainMR{b} }
 // dataInWrites over random data-in descriptors, views and MaxRDMASize:
 // the RDMA WRITEs place exactly the first n bytes of the views at the
 // descriptors' addresses in order, with no WRITE over MaxRDMASize bytes or
-// viewMaxSGE SGEs and no empty SGE or WRITE.
+// viewMaxSGE SGEs (or the queue pair's maximum, if lower) and no empty SGE
+// or WRITE.
 func TestDataInWritesProperty(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for it := range 300 {
 		maxRDMA := 4096 + r.IntN(300<<10)
-		c := &channel{cfg: Config{MaxRDMASize: maxRDMA}, local: plainLocal{}}
+		c := &channel{cfg: Config{MaxRDMASize: maxRDMA}, local: plainLocal{}, maxSGE: r.IntN(18)}
+		limSGE := viewMaxSGE
+		if c.maxSGE > 0 {
+			limSGE = min(limSGE, c.maxSGE)
+		}
 		cmd := &command{}
 		total := 0
 		nd := 1 + r.IntN(6)
@@ -73,7 +78,7 @@ func TestDataInWritesProperty(t *testing.T) {
 		written := make([]bool, len(dst))
 		sum := 0
 		for _, wr := range cmd.wrs {
-			if len(wr.Local) > viewMaxSGE || len(wr.Local) == 0 {
+			if len(wr.Local) > limSGE || len(wr.Local) == 0 {
 				t.Fatalf("it %d: %d SGEs", it, len(wr.Local))
 			}
 			var b []byte
