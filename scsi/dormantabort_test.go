@@ -63,7 +63,7 @@ func TestAbortDormantInlineTask(t *testing.T) {
 	}
 	f.lu.ts.mu.Lock()
 	defer f.lu.ts.mu.Unlock()
-	if f.lu.ts.views != 0 || f.lu.ts.n != 0 {
-		t.Errorf("views %d, tasks %d", f.lu.ts.views, f.lu.ts.n)
+	if len(f.lu.ts.nexusView) != 0 || f.lu.ts.n != 0 {
+		t.Errorf("views %v, tasks %d", f.lu.ts.nexusView, f.lu.ts.n)
 	}
 }

@@ -66,12 +66,7 @@ func (s *session) start(ctx context.Context, cmd *Command, inline bool) (Result,
 // enabled, then runs it as Execute would have.
 func (s *session) resume(t *task) Result {
 	c := &t.cmdCtx
-	f, run := ok, t.ts.await(c.ctx, t)
-	if run {
-		if f = c.lu.checkReservation(c); f.failed() {
-			run = false
-		}
-	}
+	f, run := enabled(c, t.ts.await(c.ctx, t))
 	res := s.finish(t, f, true, run)
 	if o := c.lu.cfg.Observer; o != nil {
 		o.Finished(&res, s.t.clock.Now().Sub(t.started))
@@ -328,13 +323,21 @@ func (s *session) admit(ctx context.Context, t *task, mayWait bool) (f failure, 
 	if dormant {
 		return ok, true, false, true
 	}
+	f, run = enabled(c, en)
+	return f, true, run, false
+}
+
+// enabled is the last check of a task that left the dormant state (en:
+// it was not aborted), the reservation check at execution: it returns the
+// failure and whether the command may run.
+func enabled(c *cmdCtx, en bool) (failure, bool) {
 	if !en {
-		return ok, true, false, false
+		return ok, false
 	}
-	if f := lu.checkReservation(c); f.failed() {
-		return f, true, false, false
+	if f := c.lu.checkReservation(c); f.failed() {
+		return f, false
 	}
-	return ok, true, true, false
+	return ok, true
 }
 
 func (s *session) untag(t *task) {

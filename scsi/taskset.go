@@ -57,11 +57,11 @@ type taskSet struct {
 	// decision).
 	ordered atomic.Int32
 	waiting int // tasks blocked in enter
-	// views counts the commands whose data-in a fabric still sends from
-	// the backstore's memory (Command.ViewIn), in all and per I_T nexus
-	// (the key of session.key): ORDERED tasks wait for 0, of their own
-	// nexus when each nexus has its own task set.
-	views     int
+	// nexusView counts, per I_T nexus (session.key), the commands whose
+	// data-in a fabric still sends from the backstore's memory
+	// (Command.ViewIn); a nexus with none has no entry. ORDERED tasks wait
+	// until it is empty, or until their own nexus has none when each nexus
+	// has its own task set.
 	nexusView map[string]int
 	perNexus  bool
 }
@@ -74,7 +74,7 @@ func (ts *taskSet) blockedLocked(t *task) bool {
 	case TaskHeadOfQueue:
 		return false
 	case TaskOrdered:
-		if ts.views > 0 && (!ts.perNexus || ts.nexusView[t.sess.key] > 0) {
+		if ts.perNexus && ts.nexusView[t.sess.key] > 0 || !ts.perNexus && len(ts.nexusView) > 0 {
 			return true
 		}
 		for o := ts.head; o != nil && o != t; o = o.next {
@@ -106,7 +106,6 @@ func (ts *taskSet) blockedLocked(t *task) bool {
 // backstore's memory for the I_T nexus named key.
 func (ts *taskSet) holdView(key string) {
 	ts.mu.Lock()
-	ts.views++
 	if ts.nexusView == nil {
 		ts.nexusView = make(map[string]int)
 	}
@@ -118,7 +117,6 @@ func (ts *taskSet) holdView(key string) {
 // nexus's count reaches 0.
 func (ts *taskSet) releaseView(key string) {
 	ts.mu.Lock()
-	ts.views--
 	n := ts.nexusView[key] - 1
 	if n == 0 {
 		delete(ts.nexusView, key)
