@@ -259,25 +259,32 @@ func newEnv(t *testing.T, mod func(*Config)) *env {
 	if dl, ok := t.Deadline(); ok {
 		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-5*time.Second))
 	}
-	return setupEnv(t, ctx, cancel, mod, nil)
+	return setupEnv(t, ctx, cancel, mod, nil, nil)
 }
 
 // newEnvCore is newEnv over core instead of the fake core.
 func newEnvCore(t *testing.T, mod func(*Config), core Core) *env {
 	t.Helper()
+	return newEnvDev(t, mod, core, nil)
+}
+
+// newEnvDev is newEnvCore with the port on wrap's device (the tracked
+// loopback device and the loopback device under it), if wrap is not nil.
+func newEnvDev(t *testing.T, mod func(*Config), core Core, wrap func(*trackDev, *loopback.Device) rdma.Device) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	if dl, ok := t.Deadline(); ok {
 		ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-5*time.Second))
 	}
-	return setupEnv(t, ctx, cancel, mod, core)
+	return setupEnv(t, ctx, cancel, mod, core, wrap)
 }
 
 func newEnvB(b *testing.B) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	return setupEnv(b, ctx, cancel, nil, nil)
+	return setupEnv(b, ctx, cancel, nil, nil, nil)
 }
 
-func setupEnv(t testing.TB, ctx context.Context, cancel context.CancelFunc, mod func(*Config), core Core) *env {
+func setupEnv(t testing.TB, ctx context.Context, cancel context.CancelFunc, mod func(*Config), core Core, wrap func(*trackDev, *loopback.Device) rdma.Device) *env {
 	nw := loopback.NewNetwork()
 	tdev := nw.NewDevice("target")
 	e := &env{t: t, nw: nw, tdev: tdev, dev: &trackDev{Device: tdev}, addr: "srpt", ctx: ctx}
@@ -289,7 +296,11 @@ func setupEnv(t testing.TB, ctx context.Context, cancel context.CancelFunc, mod 
 	if mod != nil {
 		mod(&cfg)
 	}
-	p, err := NewPort(cfg, e.dev, core)
+	var dev rdma.Device = e.dev
+	if wrap != nil {
+		dev = wrap(e.dev, tdev)
+	}
+	p, err := NewPort(cfg, dev, core)
 	if err != nil {
 		t.Fatal(err)
 	}

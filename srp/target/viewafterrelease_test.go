@@ -2,7 +2,6 @@ package target
 
 import (
 	"bytes"
-	"fmt"
 	"testing"
 	"time"
 
@@ -19,10 +18,7 @@ import (
 func TestViewsHeldByPostedWritesAtLogout(t *testing.T) {
 	e, ld := newViewEnv(t, func(c *Config) { c.SQSize, c.MaxRDMASize = 4, 16<<10 })
 	a := e.login(defaultLogin())
-	for tag := uint64(1); tag <= 2; tag++ {
-		a.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x00, 0, 0)})
-		a.rspIU()
-	}
+	a.tur(2)
 	old := bytes.Repeat([]byte{0x11}, 4096)
 	a.sendIU(&srp.Cmd{Tag: 3, CDB: cdb10(0x2a, 0, 8), DataOut: srp.DataBuf{Format: srp.DescImm}, ImmData: old})
 	if r := a.rspIU(); r.Status != 0 {
@@ -39,24 +35,13 @@ func TestViewsHeldByPostedWritesAtLogout(t *testing.T) {
 	// WRITEs: chunks [w0 w1] [w2 w3] posted, [SEND] waits in sendQ.
 	a.sendIU(&srp.Cmd{Tag: 10, CDB: cdb10(0x28, 0, 128), DataIn: direct(d)})
 	time.Sleep(200 * time.Millisecond)
-	e.port.mu.Lock()
-	var ids []string
-	for c := range e.port.channels {
-		ids = append(ids, fmt.Sprint(c.id))
-	}
-	e.port.mu.Unlock()
-	for _, id := range ids {
-		e.port.RemoveSession(id)
-	}
+	removeSessions(e)
 	time.Sleep(100 * time.Millisecond)
 
 	lr := defaultLogin()
 	lr.InitiatorPortID = srp.NewPortID(0x99, 0x0002c90300009999)
 	b := e.login(lr)
-	for tag := uint64(1); tag <= 3; tag++ {
-		b.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x00, 0, 0)})
-		b.rspIU()
-	}
+	b.tur(3)
 	data := bytes.Repeat([]byte{0x5A}, 4096)
 	t0 := time.Now()
 	b.sendIU(&srp.Cmd{Tag: 20, TaskAttr: srp.TaskAttrOrdered, CDB: cdb10(0x2a, 0, 8), DataOut: srp.DataBuf{Format: srp.DescImm}, ImmData: data})

@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -28,15 +29,10 @@ func (d localDev) LocalRegion(buf []byte) rdma.MemoryRegion {
 	return mr
 }
 
-// newViewEnv is setupEnv over the real SCSI core with a RAM logical unit,
-// on a loopback device that gives local regions.
+// newViewEnv is newEnvCore over the real SCSI core with a RAM logical
+// unit, on a loopback device that gives local regions.
 func newViewEnv(t *testing.T, mod func(*Config)) (*env, localDev) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	nw := loopback.NewNetwork()
-	tdev := nw.NewDevice("target")
-	ld := localDev{trackDev: &trackDev{Device: tdev}, raw: tdev}
-	e := &env{t: t, nw: nw, tdev: tdev, dev: ld.trackDev, addr: "srpt", ctx: ctx}
 	st := scsi.NewTarget(scsi.TargetConfig{})
 	lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: backstore.NewRAM(64 << 20), BlockSize: 512})
 	if err != nil {
@@ -45,31 +41,53 @@ func newViewEnv(t *testing.T, mod func(*Config)) (*env, localDev) {
 	if err := st.AddLUN(0, lu); err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{ServiceGUID: testGUID, DemoMode: true, RQSize: 16, SQSize: 64, Logger: testLogger(t)}
-	if mod != nil {
-		mod(&cfg)
-	}
-	p, err := NewPort(cfg, ld, scsiCore{st})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.port = p
-	l, err := tdev.Listen(ctx, e.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { _ = p.Serve(ctx, l); close(served) }()
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer ccancel()
-		_ = p.Close(cctx)
-		_ = l.Close()
-		cancel()
-		<-served
-		_ = tdev.Close()
+	var ld localDev
+	e := newEnvDev(t, mod, scsiCore{st}, func(td *trackDev, raw *loopback.Device) rdma.Device {
+		ld = localDev{trackDev: td, raw: raw}
+		return ld
 	})
 	return e, ld
+}
+
+// tur sends n TEST UNIT READYs (tags 1 to n) and reads their responses:
+// the unit attentions of a new nexus are taken.
+func (i *ini) tur(n int) {
+	for tag := uint64(1); tag <= uint64(n); tag++ {
+		i.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x00, 0, 0)})
+		i.rspIU()
+	}
+}
+
+// waitReleased waits until the port has no channel.
+func waitReleased(t *testing.T, e *env) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		e.port.mu.Lock()
+		n := len(e.port.channels)
+		e.port.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("channel not released")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// removeSessions ends every channel of the port by RemoveSession (the
+// target sends SRP_T_LOGOUT).
+func removeSessions(e *env) {
+	e.port.mu.Lock()
+	var ids []string
+	for c := range e.port.channels {
+		ids = append(ids, fmt.Sprint(c.id))
+	}
+	e.port.mu.Unlock()
+	for _, id := range ids {
+		e.port.RemoveSession(id)
+	}
 }
 
 // orderedRuns logs in, clears the unit attention and sends an ORDERED
@@ -78,10 +96,7 @@ func orderedRuns(t *testing.T, e *env) bool {
 	t.Helper()
 	i := e.login(defaultLogin())
 	defer func() { _ = i.conn.Close() }()
-	for tag := uint64(1); tag <= 2; tag++ {
-		i.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x00, 0, 0)})
-		i.rspIU()
-	}
+	i.tur(2)
 	_, d := i.buf(0, 4096)
 	i.sendIU(&srp.Cmd{Tag: 99, TaskAttr: srp.TaskAttrOrdered, CDB: cdb10(0x28, 0, 8), DataIn: direct(d)})
 	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
@@ -97,10 +112,7 @@ func orderedRuns(t *testing.T, e *env) bool {
 func TestViewsLeakedBySendQueueReset(t *testing.T) {
 	e, ld := newViewEnv(t, func(c *Config) { c.SQSize = 4 })
 	i := e.login(defaultLogin())
-	for tag := uint64(1); tag <= 2; tag++ { // power-on unit attention
-		i.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x00, 0, 0)})
-		i.rspIU()
-	}
+	i.tur(2) // power-on unit attention
 	// The first RDMA WRITE stalls the send queue; the responses behind it
 	// wait in sendQ.
 	if err := ld.raw.InjectFault(loopback.Fault{Op: rdma.OpRDMAWrite, Delay: 2 * time.Second}); err != nil {
@@ -112,20 +124,7 @@ func TestViewsLeakedBySendQueueReset(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	_ = i.conn.Close()
-	// Wait for the channel to be released.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		e.port.mu.Lock()
-		n := len(e.port.channels)
-		e.port.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("channel not released")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitReleased(t, e)
 	if !orderedRuns(t, e) {
 		t.Fatal("ORDERED READ never answered: views of commands dropped from sendQ were never released")
 	}
@@ -136,10 +135,7 @@ func TestViewsLeakedBySendQueueReset(t *testing.T) {
 func TestViewsReleasedAfterCleanClose(t *testing.T) {
 	e, _ := newViewEnv(t, nil)
 	i := e.login(defaultLogin())
-	for tag := uint64(1); tag <= 2; tag++ {
-		i.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x00, 0, 0)})
-		i.rspIU()
-	}
+	i.tur(2)
 	for k := range 8 {
 		_, d := i.buf(k*(64<<10), 64<<10)
 		i.sendIU(&srp.Cmd{Tag: uint64(10 + k), CDB: cdb10(0x28, uint32(k*128), 128), DataIn: direct(d)})

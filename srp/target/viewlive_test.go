@@ -1,7 +1,6 @@
 package target
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -9,24 +8,6 @@ import (
 	"github.com/gosrp/gosrp/rdma/loopback"
 	"github.com/gosrp/gosrp/srp"
 )
-
-// waitReleased waits until the port has no channel.
-func waitReleased(t *testing.T, e *env) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		e.port.mu.Lock()
-		n := len(e.port.channels)
-		e.port.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("channel not released")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // Every way a channel with views in flight goes away must give
 // them back (else later ORDERED tasks of the LU hang forever).
@@ -39,15 +20,7 @@ func TestViewsReleasedOnEveryTeardown(t *testing.T) {
 	}
 	closeConn := func(e *env, i *ini) { _ = i.conn.Close() }
 	logout := func(e *env, i *ini) {
-		e.port.mu.Lock()
-		var ids []string
-		for c := range e.port.channels {
-			ids = append(ids, fmt.Sprint(c.id))
-		}
-		e.port.mu.Unlock()
-		for _, id := range ids {
-			e.port.RemoveSession(id)
-		}
+		removeSessions(e)
 		// the initiator goes away after the T_LOGOUT
 		time.Sleep(100 * time.Millisecond)
 		_ = i.conn.Close()
@@ -63,10 +36,7 @@ func TestViewsReleasedOnEveryTeardown(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e, ld := newViewEnv(t, c.mod)
 			i := e.login(defaultLogin())
-			for tag := uint64(1); tag <= 2; tag++ {
-				i.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x00, 0, 0)})
-				i.rspIU()
-			}
+			i.tur(2)
 			if err := ld.raw.InjectFault(c.fault); err != nil {
 				t.Fatal(err)
 			}
