@@ -133,6 +133,7 @@ func (s *session) finish(t *task, f failure, entered, run bool) Result {
 	return res
 }
 
+// finishTask is finish before the views are looked at.
 func (s *session) finishTask(t *task, f failure, entered, run bool) Result {
 	c, lu, ctx := &t.cmdCtx, t.cmdCtx.lu, t.cmdCtx.ctx
 	if entered {
