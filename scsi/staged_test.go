@@ -230,6 +230,15 @@ func TestAbandon(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
+	// The probes take tag 7 themselves: one made before the READ took it
+	// would make the READ the overlapped command. Wait for the READ's.
+	sess := f.s.(*session)
+	waitFor(t, "the READ's tag registered", func() bool {
+		sess.mu.Lock()
+		defer sess.mu.Unlock()
+		_, ok := sess.tags[7]
+		return ok
+	})
 	wantTag(sense.StatusCheckCondition)
 	cancel()
 	f.s.Abandon(old)
