@@ -337,18 +337,20 @@ type Doorbeller interface {
 	Doorbell()
 }
 
-// LocalRegioner is implemented by devices whose providers read local
-// memory with the CPU (the pure-Go iWARP provider), so any memory can be
-// the source of a SEND or RDMA WRITE without registering it: a consumer
-// sends data where it lies (a RAM backstore's pages) instead of copying it
-// into a registered buffer first. Hardware providers, whose adapter reads
-// the memory by DMA, need Register instead.
+// LocalRegioner is implemented by devices whose providers read and write
+// local memory with the CPU (the pure-Go iWARP provider), so any memory
+// can be the source of a SEND or RDMA WRITE or the sink of an RDMA READ
+// without registering it: a consumer moves data where it lies (a RAM
+// backstore's pages) instead of through a registered buffer and a copy.
+// Hardware providers, whose adapter reaches the memory by DMA, need
+// Register instead.
 type LocalRegioner interface {
 	// LocalRegion returns a region over buf usable only in the local SGEs
-	// of SEND and RDMA WRITE work requests on this device: no remote key
-	// names it (RKey 0), it has no rights (it cannot be an RDMA READ's or
-	// a receive's sink), and Deregister is not needed. buf must stay valid
-	// memory until those work requests complete.
+	// of work requests on this device: no remote key names it (RKey 0),
+	// it has local write rights only, and Deregister is not needed. buf
+	// must stay valid memory until those work requests complete; an RDMA
+	// READ's completion, flushed ones included, is reported only once the
+	// provider no longer writes its sink.
 	LocalRegion(buf []byte) MemoryRegion
 }
 

@@ -93,6 +93,12 @@ type conn struct {
 	orq     []orqEntry
 	orqHead int
 	orqLen  int
+	// rxPlacing: the reader is placing a Read Response into the sink of
+	// send queue entry rxPlacingIdx, which a flush leaves for the reader
+	// to complete once it no longer writes there (placed), so a flushed
+	// Read's sink is no longer written when its completion is seen.
+	rxPlacing    bool
+	rxPlacingIdx int
 	// confirm: SEND and RDMA WRITE complete only once a later Read
 	// Response proves the peer processed them (see Config.CompleteOnTransmit).
 	confirm bool
@@ -343,7 +349,11 @@ func (c *conn) terminate(t *termInfo) {
 // flushLocked completes everything outstanding with StatusFlushed.
 func (c *conn) flushLocked() {
 	for i := 0; i < c.sqLen; i++ {
-		e := &c.sq[(c.sqHead+i)%len(c.sq)]
+		idx := (c.sqHead + i) % len(c.sq)
+		e := &c.sq[idx]
+		if c.rxPlacing && idx == c.rxPlacingIdx {
+			continue
+		}
 		if e.state != sqDone {
 			e.state = sqDone
 			e.status = rdma.StatusFlushed
@@ -518,6 +528,9 @@ func (c *conn) postSendLocked(wrs []rdma.SendWR) (posted int, err error) {
 			if len(sgl) > 0 {
 				m := sgl[0].MR.(*memoryRegion)
 				e.sinkSTag = m.stag
+				if m.stag == 0 {
+					e.sinkSTag = localSinkSTag
+				}
 				e.sinkTO = m.addr + uint64(sgl[0].Offset)
 			}
 			c.reads = append(c.reads, e.seq)

@@ -275,10 +275,17 @@ func (d *Device) Register(buf []byte, access rdma.Access) (rdma.MemoryRegion, er
 }
 
 // LocalRegion implements rdma.LocalRegioner: a region with STag 0, which
-// no remote access finds (the STag table never holds 0), and no rights.
+// no remote access finds (the STag table never holds 0), and local write
+// rights only. As an RDMA Read's sink it is named on the wire by
+// localSinkSTag.
 func (d *Device) LocalRegion(buf []byte) rdma.MemoryRegion {
-	return &memoryRegion{dev: d, buf: buf}
+	return &memoryRegion{dev: d, buf: buf, access: rdma.AccessLocalWrite}
 }
+
+// localSinkSTag is the sink STag of a Read Request whose sink is a local
+// region: index 0, which Register never gives, so no remote access finds
+// it either; not 0, which a peer might take for a reserved STag.
+const localSinkSTag = 0x01
 
 // lookup returns the valid region named by stag, or nil.
 func (d *Device) lookup(stag uint32) *memoryRegion {

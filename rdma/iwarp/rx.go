@@ -24,6 +24,9 @@ type rxState struct {
 	curMSN  uint32
 	rtrRead bool // a zero-length Read Response (our RTR's) is expected
 	crc     uint32
+	// pieces are a Read Response's destinations in its sink (placeSGL),
+	// work their copy that the read consumes.
+	pieces, work [rxMaxPieces][]byte
 }
 
 func (r *rxState) init() {
@@ -191,14 +194,25 @@ func (c *conn) place(dst []byte, pad int) error {
 	if err := c.br.readPayload(dst, c.rx.tr[:pad+crcSize]); err != nil {
 		return err
 	}
-	if c.crc {
-		crc := crc32.Update(c.rx.crc, crcTable, dst)
-		crc = crc32.Update(crc, crcTable, c.rx.tr[:pad])
-		if got := getCRC(c.rx.tr[pad:]); got != crc {
-			c.terminate(&termInfo{Layer: LayerLLP, Type: LLPTypeMPA, Code: LLPCRCError,
-				Detail: fmt.Sprintf("FPDU CRC %#08x, computed %#08x", got, crc)})
-			return errTerminated
-		}
+	one := [1][]byte{dst}
+	return c.checkCRC(one[:], pad)
+}
+
+// checkCRC verifies, with CRCs on, the CRC of an FPDU whose payload was
+// read into pieces, its pad and CRC into c.rx.tr.
+func (c *conn) checkCRC(pieces [][]byte, pad int) error {
+	if !c.crc {
+		return nil
+	}
+	crc := c.rx.crc
+	for _, p := range pieces {
+		crc = crc32.Update(crc, crcTable, p)
+	}
+	crc = crc32.Update(crc, crcTable, c.rx.tr[:pad])
+	if got := getCRC(c.rx.tr[pad:]); got != crc {
+		c.terminate(&termInfo{Layer: LayerLLP, Type: LLPTypeMPA, Code: LLPCRCError,
+			Detail: fmt.Sprintf("FPDU CRC %#08x, computed %#08x", got, crc)})
+		return errTerminated
 	}
 	return nil
 }
@@ -263,9 +277,13 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 		oe = c.orq[c.orqHead]
 		if !oe.fence {
 			e = &c.sq[oe.idx]
+			c.rxPlacing, c.rxPlacingIdx = c.err == nil, oe.idx
 		}
 	}
 	c.mu.Unlock()
+	if e != nil {
+		defer c.placed(e)
+	}
 	if !ok {
 		return c.reject(c.violation(LayerRDMAP, RDMAPRemoteOperation, RDMAPUnexpectedOpcode, hl, "Read Response with no Read outstanding"), n+pad)
 	}
@@ -322,9 +340,57 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 	return nil
 }
 
+// placed ends the reader's placement into e's sink (rxReadResponse): if
+// the connection failed meanwhile, the flush left e alone (flushLocked),
+// and it is flushed now that the reader no longer writes its sink.
+func (c *conn) placed(e *sqEntry) {
+	c.mu.Lock()
+	flushed := false
+	if c.rxPlacing {
+		c.rxPlacing = false
+		if c.err != nil && e.state != sqDone {
+			e.state, e.status, e.err = sqDone, rdma.StatusFlushed, c.err
+			c.advanceSQLocked()
+			flushed = true
+		}
+	}
+	c.mu.Unlock()
+	if flushed {
+		c.kickPoller()
+	}
+}
+
 // placeSGL reads n payload bytes into the scatter list at byte offset off,
-// then checks pad and CRC.
+// then checks pad and CRC: in one readv(2) when the bytes fall in at most
+// rxMaxPieces of its elements.
 func (c *conn) placeSGL(sgl []rdma.SGE, off, n, pad int) error {
+	pieces, o, left := c.rx.pieces[:0], off, n
+	for _, s := range sgl {
+		if left == 0 || len(pieces) == rxMaxPieces {
+			break
+		}
+		b := s.Bytes()
+		if o >= len(b) {
+			o -= len(b)
+			continue
+		}
+		k := min(left, len(b)-o)
+		pieces = append(pieces, b[o:o+k])
+		left -= k
+		o = 0
+	}
+	if left == 0 && len(pieces) > 1 {
+		defer clear(c.rx.pieces[:len(pieces)])
+		work := c.rx.work[:len(pieces)]
+		copy(work, pieces)
+		err := c.br.readPayloadV(work, c.rx.tr[:pad+crcSize])
+		clear(work)
+		if err != nil {
+			return err
+		}
+		return c.checkCRC(pieces, pad)
+	}
+	clear(pieces)
 	crc := c.rx.crc
 	for _, s := range sgl {
 		if n == 0 {

@@ -29,7 +29,7 @@ type rxReader struct {
 
 	// The readv call's vector, result and callback, kept here so that
 	// nothing is allocated per FPDU.
-	iov    [3]unix.Iovec
+	iov    [rxMaxPieces + 2]unix.Iovec
 	niov   int
 	got    int
 	errno  syscall.Errno
@@ -38,6 +38,10 @@ type rxReader struct {
 
 // rxReadv enables the readv path (benchmarks compare without it).
 var rxReadv = true
+
+// rxMaxPieces is how many destination pieces readPayloadV gathers into
+// in one readv(2) (with the trailer and the buffer: two more iovecs).
+const rxMaxPieces = 16
 
 // rxAhead is how many bytes of the stream after a payload of at least the
 // buffer's size readPayload gathers into the buffer: the next FPDU's MPA
@@ -98,6 +102,11 @@ func (b *rxReader) readStream(p []byte) (int, error) {
 // setIov points b.iov at the non-empty slices of bufs.
 func (b *rxReader) setIov(bufs ...[]byte) {
 	b.niov = 0
+	b.addIov(bufs...)
+}
+
+// addIov appends the non-empty slices of bufs to b.iov.
+func (b *rxReader) addIov(bufs ...[]byte) {
 	for _, p := range bufs {
 		if len(p) > 0 {
 			b.iov[b.niov].Base = &p[0]
@@ -192,13 +201,32 @@ func (b *rxReader) Discard(n int) (int, error) {
 // that follows are gathered; after a smaller one, as many as the buffer
 // holds.
 func (b *rxReader) readPayload(dst, tr []byte) error {
-	large := len(dst) >= len(b.buf)
-	n := copy(dst, b.buf[b.r:b.w])
-	b.r += n
-	dst = dst[n:]
-	if len(dst) == 0 || b.rc == nil || len(dst) < len(b.buf)/4 {
-		if _, err := io.ReadFull(b, dst); err != nil {
-			return err
+	one := [1][]byte{dst}
+	return b.readPayloadV(one[:], tr)
+}
+
+// readPayloadV is readPayload with the payload's destination in pieces
+// (at most rxMaxPieces; dsts is consumed): one readv(2) gathers into all
+// of them.
+func (b *rxReader) readPayloadV(dsts [][]byte, tr []byte) error {
+	total := 0
+	for _, d := range dsts {
+		total += len(d)
+	}
+	large := total >= len(b.buf)
+	for len(dsts) > 0 && b.r < b.w {
+		n := copy(dsts[0], b.buf[b.r:b.w])
+		b.r += n
+		total -= n
+		if dsts[0] = dsts[0][n:]; len(dsts[0]) == 0 {
+			dsts = dsts[1:]
+		}
+	}
+	if total == 0 || b.rc == nil || total < len(b.buf)/4 {
+		for _, d := range dsts {
+			if _, err := io.ReadFull(b, d); err != nil {
+				return err
+			}
 		}
 		_, err := io.ReadFull(b, tr)
 		return err
@@ -215,23 +243,30 @@ func (b *rxReader) readPayload(dst, tr []byte) error {
 	if large {
 		end = rxAhead
 	}
-	for len(dst) > 0 || len(tr) > 0 {
-		b.setIov(dst, tr, b.buf[b.w:end])
+	for len(dsts) > 0 || len(tr) > 0 {
+		b.niov = 0
+		b.addIov(dsts...)
+		b.addIov(tr, b.buf[b.w:end])
 		err := b.rc.Read(b.readvF)
 		got := b.got
 		if err == nil && b.errno != 0 {
 			err = os.NewSyscallError("readv", b.errno)
 		}
-		clear(b.iov[:])
+		clear(b.iov[:b.niov])
 		if err != nil {
 			return err
 		}
 		if got == 0 {
 			return io.ErrUnexpectedEOF
 		}
-		k := min(got, len(dst))
-		dst, got = dst[k:], got-k
-		k = min(got, len(tr))
+		for len(dsts) > 0 && got > 0 {
+			k := min(got, len(dsts[0]))
+			got -= k
+			if dsts[0] = dsts[0][k:]; len(dsts[0]) == 0 {
+				dsts = dsts[1:]
+			}
+		}
+		k := min(got, len(tr))
 		tr, got = tr[k:], got-k
 		b.w += got
 	}

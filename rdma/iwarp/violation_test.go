@@ -217,6 +217,8 @@ func TestTerminateOnViolation(t *testing.T) {
 	}{
 		{name: "write bad STag", ulpdu: func(s *setup) []byte { return tagged(0xc1, 0x40, 0xdead0001, 0, []byte("abcd")) },
 			layer: LayerDDP, typ: DDPTaggedBuffer, code: DDPTInvalidSTag, flags: md, hdrLen: 14},
+		{name: "write to the local-region sink STag", ulpdu: func(s *setup) []byte { return tagged(0xc1, 0x40, localSinkSTag, 0, []byte("abcd")) },
+			layer: LayerDDP, typ: DDPTaggedBuffer, code: DDPTInvalidSTag, flags: md, hdrLen: 14},
 		{name: "write past the end", ulpdu: func(s *setup) []byte {
 			return tagged(0xc1, 0x40, s.rw.RKey(), s.rw.Addr()+14, []byte("abcd"))
 		}, layer: LayerDDP, typ: DDPTaggedBuffer, code: DDPTBaseBounds, flags: md, hdrLen: 14},
