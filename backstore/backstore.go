@@ -129,6 +129,24 @@ type Viewer interface {
 	View(views [][]byte, off, length int64) ([][]byte, error)
 }
 
+// WriteViewer is implemented by backstores whose data lives in the
+// process's memory (RAM) and can be written where it lies: a fabric then
+// places a WRITE's data-out straight into the backstore's memory as it
+// arrives instead of into a buffer that is copied afterwards.
+type WriteViewer interface {
+	// WriteView appends to views the slices of the backstore's memory that
+	// hold the length bytes at byte offset off, in order (their lengths
+	// sum to length), and returns the extended list. The range counts as
+	// written from this call on (AllocationStatus reports it mapped); the
+	// caller fills every slice, and until it has, reads of the range may
+	// return any mix of the old and the new bytes. The slices stay valid
+	// memory while the caller holds them, but an Unmap or Resize of the
+	// range may detach them from the medium (the caller orders those, as
+	// the SCSI core's write lock does). Errors as WriteAt's: ErrClosed,
+	// ErrOutOfRange.
+	WriteView(views [][]byte, off, length int64) ([][]byte, error)
+}
+
 // ErrClosed is returned by operations on a closed backstore.
 var ErrClosed = errors.New("backstore: closed")
 

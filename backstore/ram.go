@@ -136,6 +136,29 @@ func (r *RAM) View(views [][]byte, off, length int64) ([][]byte, error) {
 	return views, err
 }
 
+// WriteView implements WriteViewer: one slice per chunk the range
+// touches (at most RAMChunkSize bytes each); chunks never written are
+// allocated (zeroed) and the range's pages marked written.
+func (r *RAM) WriteView(views [][]byte, off, length int64) ([][]byte, error) {
+	err := r.walk(off, length, true, func(ci int64, c *ramChunk, co, m, _ int64) {
+		if c == nil {
+			c = new(ramChunk)
+			r.chunks[ci].Store(c)
+		}
+		views = append(views, c.data[co:co+m:co+m])
+		c.markWritten(co, m)
+	})
+	return views, err
+}
+
+// markWritten marks the pages of [co, co+m) as written. The chunk's stripe
+// lock must be held exclusively.
+func (c *ramChunk) markWritten(co, m int64) {
+	for pg := co / RAMPageSize; pg <= (co+m-1)/RAMPageSize; pg++ {
+		c.pages |= 1 << pg
+	}
+}
+
 // WriteAt implements io.WriterAt.
 func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
 	err := r.walk(off, int64(len(p)), true, func(ci int64, c *ramChunk, co, m, done int64) {
@@ -144,9 +167,7 @@ func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
 			r.chunks[ci].Store(c)
 		}
 		copy(c.data[co:co+m], p[done:])
-		for pg := co / RAMPageSize; pg <= (co+m-1)/RAMPageSize; pg++ {
-			c.pages |= 1 << pg
-		}
+		c.markWritten(co, m)
 	})
 	if err != nil {
 		return 0, err
