@@ -20,7 +20,21 @@ type cmdCtx struct {
 	res  Result
 	desc bool // descriptor format sense (control mode page D_SENSE)
 	ro   bool // the nexus's view maps the logical unit read-only
+	// place is where a WRITE with Command.ViewOut waits for its data-out
+	// (placeNone: it does not); lba and fua are its write's.
+	place placeMode
+	lba   uint64
+	fua   bool
 }
+
+// placeMode is where the fabric places a WRITE's data-out (Command.ViewOut).
+type placeMode uint8
+
+const (
+	placeNone   placeMode = iota
+	placeMedium           // the backstore's memory, write lock held shared
+	placeBuffer           // a buffer written to the backstore afterwards
+)
 
 // Execute implements Session. The order of checks follows LIO's
 // target_setup_cmd_from_cdb / target_cmd_parse_cdb: LUN lookup through the
@@ -28,6 +42,7 @@ type cmdCtx struct {
 // opcode and CDB validation, task set admission, reservation check, then
 // the command itself.
 func (s *session) Execute(ctx context.Context, cmd *Command) Result {
+	cmd.ViewOut = false
 	res, _ := s.start(ctx, cmd, false)
 	return res
 }
@@ -58,6 +73,11 @@ func (s *session) start(ctx context.Context, cmd *Command, inline bool) (Result,
 		t.started = t0
 		return res, t
 	}
+	if res.FetchViews {
+		// Finished when the data-out is placed (placed).
+		cmd.placing.started = t0
+		return res, nil
+	}
 	o.Finished(&res, s.t.clock.Now().Sub(t0))
 	return res, nil
 }
@@ -68,6 +88,47 @@ func (s *session) resume(t *task) Result {
 	c := &t.cmdCtx
 	f, run := enabled(c, t.ts.await(c.ctx, t))
 	res := s.finish(t, f, true, run)
+	if o := c.lu.cfg.Observer; o != nil && !res.FetchViews {
+		o.Finished(&res, s.t.clock.Now().Sub(t.started))
+	}
+	return res
+}
+
+// placed ends the wait of a task for its data-out (Command.DataOutPlaced).
+func (s *session) placed(t *task, ok bool) (Result, bool) {
+	c := &t.cmdCtx
+	var f failure
+	if !ok {
+		f = ioFailure(errFetchFailed, true, c.lba)
+	}
+	switch c.place {
+	case placeMedium:
+		c.lu.writeMu.RUnlock()
+	case placeBuffer:
+		if ok {
+			buf := c.cmd.DataOutViews[0]
+			go func() {
+				f := c.lu.writeBlocks(buf, c.lba, c.fua)
+				t.cmd.completer.Complete(t.cmd, s.placedResult(t, f))
+			}()
+			return Result{}, false
+		}
+	}
+	return s.placedResult(t, f), true
+}
+
+// errFetchFailed is the backstore-side error of a data-out transfer that
+// did not complete: the range may hold part of the new data.
+var errFetchFailed = errors.New("scsi: data-out transfer failed")
+
+// placedResult finishes a task whose data-out was placed (f: how its
+// write ended) and returns the command's result.
+func (s *session) placedResult(t *task, f failure) Result {
+	c := &t.cmdCtx
+	c.place = placeNone
+	clear(c.cmd.DataOutViews)
+	c.cmd.DataOutViews = c.cmd.DataOutViews[:0]
+	res := s.endTask(t, f, true)
 	if o := c.lu.cfg.Observer; o != nil {
 		o.Finished(&res, s.t.clock.Now().Sub(t.started))
 	}
@@ -133,13 +194,26 @@ func (s *session) finish(t *task, f failure, entered, run bool) Result {
 	return res
 }
 
-// finishTask is finish before the views are looked at.
+// finishTask is finish before the views are looked at. A WRITE that now
+// waits for its data-out (cmdCtx.place) stays in the task set: its
+// result has FetchViews set, and placed finishes it.
 func (s *session) finishTask(t *task, f failure, entered, run bool) Result {
+	if entered && run {
+		c := &t.cmdCtx
+		f = c.ent.exec(c)
+		if c.place != placeNone {
+			t.cmd.placing = t
+			return Result{FetchViews: true, DataOutWanted: c.res.DataOutWanted, DataInWanted: c.res.DataInWanted}
+		}
+	}
+	return s.endTask(t, f, entered)
+}
+
+// endTask takes a task that ran (or never could) out of the task set (when
+// entered) or the pending list and builds its result from f.
+func (s *session) endTask(t *task, f failure, entered bool) Result {
 	c, lu, ctx := &t.cmdCtx, t.cmdCtx.lu, t.cmdCtx.ctx
 	if entered {
-		if run {
-			f = c.ent.exec(c)
-		}
 		aborted, report := lu.ts.leave(t)
 		s.untag(t)
 		if aborted || ctx.Err() != nil {
@@ -178,6 +252,8 @@ func (s *session) finishTask(t *task, f failure, entered, run bool) Result {
 // its order, before any data moves.
 func (s *session) Check(cmd *Command) (Result, bool) {
 	cdb := cmd.CDB
+	viewOut := cmd.ViewOut
+	cmd.ViewOut = false
 	lu, ro := s.lookup(cmd.LUN)
 	desc := lu != nil && lu.dsense()
 	refuse := func(f failure) (Result, bool) {
@@ -245,11 +321,16 @@ func (s *session) Check(cmd *Command) (Result, bool) {
 		r.DataOutWanted = out
 		return r, false
 	}
+	cmd.ViewOut = viewOut && out > 0 && lu.wviewer != nil && isWrite(op)
 	return Result{DataOutWanted: out, DataInWanted: in}, true
 }
 
 // Submit implements Session.
 func (s *session) Submit(ctx context.Context, cmd *Command, c Completer) (Result, bool) {
+	cmd.completer = c
+	if !cmd.Checked {
+		cmd.ViewOut = false
+	}
 	if s.runsInline(cmd) {
 		res, t := s.start(ctx, cmd, true)
 		if t == nil {
@@ -262,7 +343,10 @@ func (s *session) Submit(ctx context.Context, cmd *Command, c Completer) (Result
 		go func() { c.Complete(cmd, s.resume(t)) }()
 		return Result{}, false
 	}
-	go func() { c.Complete(cmd, s.Execute(ctx, cmd)) }()
+	go func() {
+		res, _ := s.start(ctx, cmd, false)
+		c.Complete(cmd, res)
+	}()
 	return Result{}, false
 }
 

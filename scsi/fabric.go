@@ -83,10 +83,50 @@ type Command struct {
 	// bytes in all, in order); the fabric may give it capacity to reuse.
 	// Empty when the data-in is in DataIn.
 	DataInViews [][]byte
+	// ViewOut, set by the fabric before Check, offers to place a WRITE's
+	// data-out straight into the backstore's memory as it arrives, for a
+	// command given to Submit with no DataOut. Check clears it unless the
+	// command is a WRITE(6/10/12/16) of a logical unit whose backstore is
+	// a backstore.WriteViewer that never blocks and has no cache to
+	// flush: the fabric then fetches no data before Submit. Submit runs
+	// such a command until its write would begin (the task enabled,
+	// write protection and the range checked) and returns a result with
+	// FetchViews set and the slices to fill in DataOutViews; the fabric
+	// places the data-out there and calls DataOutPlaced for the final
+	// result. Until then the task stays in the task set (an ABORT TASK or
+	// an ORDERED task waits for it) and holds the logical unit's write
+	// lock shared (a COMPARE AND WRITE or resize waits for it). If the
+	// fetch fails, the range holds a mix of old and new data, as after
+	// any failed WRITE (SBC-3 §4.18). Execute ignores ViewOut.
+	ViewOut bool
+	// DataOutViews is where the core puts the slices to place data-out
+	// into (Result.DataOutWanted bytes in all, in order); the fabric may
+	// give it capacity to reuse.
+	DataOutViews [][]byte
 	// viewTS is the task set that holds ORDERED tasks back until
 	// ReleaseViews, viewKey the I_T nexus whose views they are.
 	viewTS  *taskSet
 	viewKey string
+	// placing is the task waiting for DataOutPlaced, completer the
+	// Completer Submit was given.
+	placing   *task
+	completer Completer
+}
+
+// DataOutPlaced ends the data-out transfer of a command whose result had
+// FetchViews set: ok reports whether every byte of DataOutViews was
+// placed (false: the transfer failed, and the command fails with WRITE
+// ERROR unless it was aborted). It returns the final result as Submit
+// does: inline true, or inline false when a goroutine of the core
+// finishes the command and hands the result to the Completer given to
+// Submit. A command not waiting for its data-out gets an aborted result.
+func (c *Command) DataOutPlaced(ok bool) (Result, bool) {
+	t := c.placing
+	if t == nil {
+		return Result{Aborted: true}, true
+	}
+	c.placing = nil
+	return t.sess.placed(t, ok)
 }
 
 // ReleaseViews ends the fabric's use of DataInViews: the slices are
@@ -119,6 +159,10 @@ type Result struct {
 	// Aborted is set when a task management function aborted the command:
 	// the fabric sends no response for it (TAS=0) and returns its credit.
 	Aborted bool
+	// FetchViews is set when the command waits for its data-out in
+	// Command.DataOutViews (Command.ViewOut); Status and Sense are not
+	// yet known.
+	FetchViews bool
 }
 
 // TMF is a task management function (SAM-5 §7). The values are the SRP_TSK_MGMT

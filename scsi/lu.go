@@ -114,6 +114,10 @@ type LogicalUnit struct {
 	// viewer: the backstore's data can be sent from where it lies
 	// (backstore.Viewer, Command.ViewIn).
 	viewer backstore.Viewer
+	// wviewer: WRITE data-out can be placed where the data lies
+	// (backstore.WriteViewer, Command.ViewOut); nil unless the backstore
+	// also never blocks and has no cache.
+	wviewer backstore.WriteViewer
 
 	naa      [16]byte
 	serial   string
@@ -212,6 +216,9 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	}
 	if v, ok := cfg.Backstore.(backstore.Viewer); ok {
 		lu.viewer = v
+	}
+	if v, ok := cfg.Backstore.(backstore.WriteViewer); ok && lu.nonBlocking && lu.syncer == nil {
+		lu.wviewer = v
 	}
 	if cfg.MaxTransferBytes == 0 {
 		lu.cfg.MaxTransferBytes = 8 << 20

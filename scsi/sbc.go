@@ -217,14 +217,66 @@ func (c *cmdCtx) writeData() ([]byte, uint64, failure) {
 	return c.cmd.DataOut[:want], lba, ok
 }
 
+// isWrite reports whether op is WRITE(6/10/12/16).
+func isWrite(op byte) bool {
+	return op == opWrite6 || op == opWrite10 || op == opWrite12 || op == opWrite16
+}
+
 // execWrite: WRITE(6/10/12/16), SBC-3 §5.31–5.34.
 func execWrite(c *cmdCtx) failure {
+	if c.cmd.ViewOut {
+		return c.writeViews()
+	}
 	data, lba, f := c.writeData()
 	if f.failed() || len(data) == 0 {
 		return f
 	}
 	fua := c.cdb[0] != opWrite6 && c.cdb[1]&0x08 != 0
 	return c.lu.writeBlocks(data, lba, fua)
+}
+
+// writeViews begins a WRITE whose data-out the fabric places where it
+// will lie (Command.ViewOut): it checks the write as writeData does, then
+// gives the backstore's memory for the range in DataOutViews with the
+// write lock held shared until placed. When a COMPARE AND WRITE or a
+// resize holds or awaits the lock, the data-out goes to a buffer instead,
+// written once it is there: the fabric's goroutine, which may be running
+// this, must never wait for the lock, whose holder may be waiting for
+// that goroutine to deliver its own data-out.
+func (c *cmdCtx) writeViews() failure {
+	lu, cmd := c.lu, c.cmd
+	if f := lu.writeProtect(); f.failed() {
+		return f
+	}
+	lba, _, want, f := c.xferRange()
+	if f.failed() {
+		return f
+	}
+	c.res.DataOutWanted = want
+	if cmd.DataOutLen != want {
+		return fail(ReasonInvalidCommandIU)
+	}
+	c.res.DataOutUsed = want
+	if want == 0 {
+		return ok
+	}
+	c.lba, c.fua = lba, c.cdb[0] != opWrite6 && c.cdb[1]&0x08 != 0
+	if !lu.writeMu.TryRLock() {
+		cmd.DataOutViews = append(cmd.DataOutViews[:0], make([]byte, want))
+		c.place = placeBuffer
+		return ok
+	}
+	views, err := lu.wviewer.WriteView(cmd.DataOutViews[:0], lu.byteOff(lba), int64(want))
+	if err != nil {
+		lu.writeMu.RUnlock()
+		clear(views)
+		cmd.DataOutViews = views[:0]
+		lu.logger().Warn("scsi: write failed", "lba", lba, "bytes", want, "err", err)
+		return ioFailure(err, true, lba)
+	}
+	cmd.DataOutViews = views
+	c.place = placeMedium
+	return ok
 }
 
 // execWriteAndVerify: WRITE AND VERIFY(10/12/16), SBC-3 §5.36–5.38. The
