@@ -547,13 +547,27 @@ func (c *channel) transition(ev chanEvent) {
 	}
 	c.state = next
 	c.stateMirr.Store(int32(next))
+	var fetchEnded []*command
 	if eff&effAbortCommands != 0 {
 		c.stop()
 		// Commands in the core will get no response: their tags must not
 		// hold up the nexus's next channel (a reconnect reuses them).
 		for _, cmd := range c.cmds {
-			if cmd.state == cmdExec && c.nx != nil {
+			if (cmd.state == cmdExec || cmd.state == cmdExecData) && c.nx != nil {
 				c.nx.sess.Abandon(&cmd.sc)
+			}
+		}
+		// A command placing data-out into the backstore's memory ends in
+		// the core once none of its READs can still place any: those
+		// never posted are counted off here, the posted ones as they
+		// flush.
+		for _, r := range c.readQ.buf[c.readQ.head:] {
+			if r.cmd.gen == r.gen && r.cmd.state == cmdExecData {
+				r.cmd.readErr = true
+				r.cmd.readsLeft--
+				if r.cmd.readsLeft == 0 {
+					fetchEnded = append(fetchEnded, r.cmd)
+				}
 			}
 		}
 		c.readQ.reset()
@@ -571,6 +585,9 @@ func (c *channel) transition(ev chanEvent) {
 		// buffers go back to it now rather than at release.
 		c.postRecv(c.wait.buf[c.wait.head:]...)
 		c.wait.reset()
+	}
+	for _, cmd := range fetchEnded {
+		c.afterReads(cmd)
 	}
 	if eff&effDisconnect != 0 {
 		_ = c.conn.Close()

@@ -59,6 +59,7 @@ const (
 	cmdNew      cmdState = iota // decoded, checked by the core (Session.Check)
 	cmdNeedData                 // waiting for RDMA READs (data-out or descriptor table): write pending
 	cmdExec                     // in the SCSI core (Session.Submit)
+	cmdExecData                 // in the core, its data-out being placed into the backstore's memory (scsi.Command.ViewOut)
 	cmdRspSent                  // SRP_RSP posted (after any RDMA WRITEs of data-in)
 )
 
@@ -70,6 +71,8 @@ func (s cmdState) String() string {
 		return "NEED_DATA"
 	case cmdExec:
 		return "EXEC"
+	case cmdExecData:
+		return "EXEC_DATA"
 	case cmdRspSent:
 		return "RSP_SENT"
 	}
@@ -78,12 +81,15 @@ func (s cmdState) String() string {
 
 // cmdNext lists the states a command may move to from each state: a
 // refused or failed command is answered from NEW or NEED_DATA, an external
-// descriptor table is fetched before the data-out (NEED_DATA twice), and
-// the core's result leads to the response.
+// descriptor table is fetched before the data-out (NEED_DATA twice), a
+// WRITE whose data-out goes straight to the backstore's memory fetches it
+// once the core has enabled it (EXEC_DATA, then EXEC for the core's
+// result), and the core's result leads to the response.
 var cmdNext = [...][]cmdState{
 	cmdNew:      {cmdNeedData, cmdExec, cmdRspSent},
 	cmdNeedData: {cmdNeedData, cmdExec, cmdRspSent},
-	cmdExec:     {cmdRspSent},
+	cmdExec:     {cmdExecData, cmdRspSent},
+	cmdExecData: {cmdExec},
 	cmdRspSent:  {},
 }
 
@@ -162,7 +168,10 @@ func (cmd *command) recycle() {
 	cmd.tag, cmd.lun, cmd.attr, cmd.cdb = 0, 0, 0, nil
 	cmd.state, cmd.aborted = cmdNew, false
 	cmd.sc.ReleaseViews()
-	cmd.sc = scsi.Command{DataInViews: cmd.sc.DataInViews}
+	// A no-op unless the command left the core waiting for its data-out,
+	// which is a bug in the channel: the task must not stay in the task set.
+	cmd.sc.DataOutPlaced(false)
+	cmd.sc = scsi.Command{DataInViews: cmd.sc.DataInViews, DataOutViews: cmd.sc.DataOutViews}
 	clear(cmd.sges)
 	cmd.sges = cmd.sges[:0]
 	clear(cmd.wrs)
@@ -225,6 +234,12 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 	}
 	sc := &cmd.sc
 	sc.Tag, sc.LUN, sc.CDB, sc.Attr, sc.DataOutLen = cmd.tag, cmd.lun, cmd.cdb, cmd.attr, cmd.outLen
+	// A large WRITE's data-out may go straight into a RAM backstore's
+	// memory, fetched once the core has enabled the command: one memory
+	// copy of the data less. Check says whether it does.
+	df := iu.DataOut.Format
+	sc.ViewOut = c.local != nil && cmd.outLen >= viewOutMin &&
+		(df == srp.DescDirect || df == srp.DescIndirect) && !iu.DataOut.External()
 	res, ok := c.nx.sess.Check(sc)
 	if !ok {
 		// Refused before any data moved: residuals only where the core
@@ -254,6 +269,10 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 		// The core may give a large READ's data-in as slices of a RAM
 		// backstore, sent from there: one memory copy of the data less.
 		sc.ViewIn = c.local != nil && inBuf >= viewInMin
+	}
+	if sc.ViewOut {
+		c.execute(cmd)
+		return
 	}
 	switch iu.DataOut.Format {
 	case srp.DescImm:
@@ -445,6 +464,8 @@ func (c *channel) onReadDone(cmd *command, ok bool) {
 
 func (c *channel) afterReads(cmd *command) {
 	switch {
+	case cmd.state == cmdExecData:
+		c.endFetch(cmd, !cmd.readErr)
 	case cmd.readErr:
 		// The queue pair is in error; no response can be sent.
 		c.freeCommand(cmd)
@@ -481,8 +502,13 @@ func (c *channel) execute(cmd *command) {
 	c.executing++
 }
 
-// onExecuted turns a SCSI result into RDMA WRITEs and an SRP_RSP.
+// onExecuted turns a SCSI result into RDMA WRITEs and an SRP_RSP, or
+// fetches the data-out the core waits for.
 func (c *channel) onExecuted(cmd *command, res scsi.Result) {
+	if res.FetchViews {
+		c.fetchViews(cmd)
+		return
+	}
 	if c.state != stateLive {
 		c.freeCommand(cmd)
 		return
@@ -498,6 +524,87 @@ func (c *channel) onExecuted(cmd *command, res scsi.Result) {
 	c.dataInWrites(cmd, n)
 	c.respondWith(cmd, res.Status, res.Sense, flags, outRes, inRes, cmd.wrs)
 }
+
+// fetchViews queues the RDMA READs that place a WRITE's data-out into the
+// backstore's memory the core gave (scsi.Command.DataOutViews): one SGE
+// per piece, a READ cut short at viewMaxSGE pieces, each at most
+// MaxRDMASize bytes. A command that is aborted or whose channel is no
+// longer live fetches nothing and ends at once.
+func (c *channel) fetchViews(cmd *command) {
+	c.advance(cmd, cmdExecData)
+	if c.state != stateLive || cmd.aborted {
+		c.endFetch(cmd, false)
+		return
+	}
+	views := cmd.sc.DataOutViews
+	maxSGE := viewMaxSGE
+	if c.maxSGE > 0 {
+		maxSGE = min(maxSGE, c.maxSGE)
+	}
+	cmd.sges, cmd.wrs, cmd.sgeAt = cmd.sges[:0], cmd.wrs[:0], cmd.sgeAt[:0]
+	vi, vo := 0, 0 // the next byte of the views: views[vi][vo]
+	left := cmd.fetch
+	for _, d := range cmd.out {
+		for done := 0; done < int(d.Len) && left > 0 && vi < len(views); {
+			k := min(int(d.Len)-done, c.cfg.MaxRDMASize, left)
+			first := len(cmd.sges)
+			cmd.sgeAt = append(cmd.sgeAt, first)
+			got := 0
+			for got < k && len(cmd.sges)-first < maxSGE && vi < len(views) {
+				v := views[vi][vo:]
+				m := min(len(v), k-got)
+				cmd.sges = append(cmd.sges, rdma.SGE{MR: c.local.LocalRegion(v[:m:m]), Length: m})
+				got += m
+				if vo += m; vo == len(views[vi]) {
+					vi, vo = vi+1, 0
+				}
+			}
+			cmd.wrs = append(cmd.wrs, rdma.SendWR{
+				Op:       rdma.OpRDMARead,
+				Remote:   rdma.RemoteAddr{Addr: d.VA + uint64(done), RKey: d.Key},
+				Signaled: true,
+			})
+			done += got
+			left -= got
+		}
+	}
+	if left != 0 {
+		// The core's views and the descriptors disagree (Check compared
+		// the lengths, so this is a bug): nothing is fetched.
+		c.stats.errors.Add(1)
+		c.log.Error("data-out views do not cover the descriptors", "tag", cmd.tag, "short", left)
+		c.endFetch(cmd, false)
+		return
+	}
+	cmd.sgeAt = append(cmd.sgeAt, len(cmd.sges))
+	for i, wr := range cmd.wrs {
+		a, b := cmd.sgeAt[i], cmd.sgeAt[i+1]
+		wr.Local = cmd.sges[a:b:b]
+		c.readQ.push(readOp{cmd: cmd, gen: cmd.gen, wr: wr})
+		cmd.readsLeft++
+	}
+	c.pump()
+}
+
+// endFetch tells the core the data-out of a command in EXEC_DATA is
+// placed (ok) or will not be, and handles its result.
+func (c *channel) endFetch(cmd *command, ok bool) {
+	if ok {
+		c.stats.writeBytes.Add(uint64(cmd.fetch))
+	}
+	c.advance(cmd, cmdExec)
+	res, inline := cmd.sc.DataOutPlaced(ok)
+	if !inline {
+		c.executing++
+		return
+	}
+	c.onExecuted(cmd, res)
+}
+
+// viewOutMin is the smallest data-out, in bytes, placed straight into a
+// backstore's memory (scsi.Command.ViewOut) rather than fetched into a
+// buffer and copied.
+const viewOutMin = 32 << 10
 
 // viewInMin is the smallest data-in, in bytes, sent from a backstore's
 // memory (scsi.Command.ViewIn) rather than copied: below it the copy

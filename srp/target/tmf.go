@@ -99,7 +99,7 @@ func (c *channel) tmfReady(t *tmfOp) {
 	// must not answer: their result may still be on its way to the loop,
 	// behind the TMF's (see onTMFDone).
 	for _, cmd := range c.cmds {
-		if cmd.state == cmdExec && cmd.lun == t.tm.LUN &&
+		if (cmd.state == cmdExec || cmd.state == cmdExecData) && cmd.lun == t.tm.LUN &&
 			(t.tm.Func != srp.TMFAbortTask || cmd.tag == t.tm.TaskTag) {
 			t.targets = append(t.targets, cmdRef{cmd, cmd.gen})
 		}

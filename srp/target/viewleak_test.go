@@ -3,6 +3,7 @@ package target
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,14 +16,17 @@ import (
 
 // localDev makes the loopback device an rdma.LocalRegioner (as the iWARP
 // one is), so the target asks the core for views; its "local regions" are
-// plain loopback registrations, which the test never deregisters.
+// plain loopback registrations with local write (RDMA READ sinks), which
+// the test never deregisters. regions counts them.
 type localDev struct {
 	*trackDev
-	raw *loopback.Device
+	raw     *loopback.Device
+	regions *atomic.Int64
 }
 
 func (d localDev) LocalRegion(buf []byte) rdma.MemoryRegion {
-	mr, err := d.raw.Register(buf, 0)
+	d.regions.Add(1)
+	mr, err := d.raw.Register(buf, rdma.AccessLocalWrite)
 	if err != nil {
 		panic(err)
 	}
@@ -43,7 +47,7 @@ func newViewEnv(t *testing.T, mod func(*Config)) (*env, localDev) {
 	}
 	var ld localDev
 	e := newEnvDev(t, mod, scsiCore{st}, func(td *trackDev, raw *loopback.Device) rdma.Device {
-		ld = localDev{trackDev: td, raw: raw}
+		ld = localDev{trackDev: td, raw: raw, regions: new(atomic.Int64)}
 		return ld
 	})
 	return e, ld
