@@ -32,7 +32,7 @@ type placeMode uint8
 
 const (
 	placeNone   placeMode = iota
-	placeMedium           // the backstore's memory, write lock held shared
+	placeMedium           // the backstore's memory, counted by beginPlace
 	placeBuffer           // a buffer written to the backstore afterwards
 )
 
@@ -103,7 +103,7 @@ func (s *session) placed(t *task, ok bool) (Result, bool) {
 	}
 	switch c.place {
 	case placeMedium:
-		c.lu.writeMu.RUnlock()
+		c.lu.endPlace()
 	case placeBuffer:
 		if ok {
 			buf := c.cmd.DataOutViews[0]

@@ -94,8 +94,9 @@ type Command struct {
 	// FetchViews set and the slices to fill in DataOutViews; the fabric
 	// places the data-out there and calls DataOutPlaced for the final
 	// result. Until then the task stays in the task set (an ABORT TASK or
-	// an ORDERED task waits for it) and holds the logical unit's write
-	// lock shared (a COMPARE AND WRITE or resize waits for it). If the
+	// an ORDERED task waits for it), and a COMPARE AND WRITE or resize of
+	// the logical unit waits for it (a WRITE meanwhile places into a
+	// buffer instead, written when the data is there). If the
 	// fetch fails, the range holds a mix of old and new data, as after
 	// any failed WRITE (SBC-3 §4.18). Execute ignores ViewOut.
 	ViewOut bool

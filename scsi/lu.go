@@ -136,6 +136,16 @@ type LogicalUnit struct {
 	// writes hold it shared, COMPARE AND WRITE exclusively, so the compare
 	// and the write are atomic against every other write (SBC-3 §5.2).
 	writeMu sync.RWMutex
+	// placing counts the WRITEs whose data-out is being placed into the
+	// backstore's memory (Command.ViewOut), exclusive the holders and
+	// waiters of writeMu's exclusive side (lockExclusive), under placeMu;
+	// placeCond signals placing reaching 0. A placement is not a holder of
+	// writeMu: a writer waiting on it would block the fabric goroutine's
+	// next ordinary write, the goroutine that is to end the placement.
+	placeMu   sync.Mutex
+	placeCond sync.Cond
+	placing   int
+	exclusive int
 
 	ts taskSet
 	pr *pr.State
@@ -281,6 +291,7 @@ func NewLogicalUnit(cfg LUConfig) (*LogicalUnit, error) {
 	lu.applyModeLocked()
 	lu.uas = make(map[string][]Reason)
 	lu.ts.init()
+	lu.placeCond.L = &lu.placeMu
 	lu.pr = cfg.Reservations
 	if lu.pr == nil {
 		lu.pr = pr.New(pr.Config{Logger: cfg.Logger})
@@ -373,6 +384,47 @@ func (lu *LogicalUnit) logger() *slog.Logger { return lu.log.Load() }
 // BlockSize returns the logical block length in bytes.
 func (lu *LogicalUnit) BlockSize() uint32 { return lu.bsz }
 
+// beginPlace counts a WRITE that places its data-out into the backstore's
+// memory, unless a COMPARE AND WRITE or resize holds or awaits the write
+// lock (false: the data-out must go to a buffer). It never waits.
+func (lu *LogicalUnit) beginPlace() bool {
+	lu.placeMu.Lock()
+	defer lu.placeMu.Unlock()
+	if lu.exclusive > 0 {
+		return false
+	}
+	lu.placing++
+	return true
+}
+
+// endPlace ends a placement beginPlace counted.
+func (lu *LogicalUnit) endPlace() {
+	lu.placeMu.Lock()
+	if lu.placing--; lu.placing == 0 {
+		lu.placeCond.Broadcast()
+	}
+	lu.placeMu.Unlock()
+}
+
+// lockExclusive takes writeMu exclusively once no placement is under way;
+// placements that would begin meanwhile go to buffers (beginPlace).
+func (lu *LogicalUnit) lockExclusive() {
+	lu.placeMu.Lock()
+	lu.exclusive++
+	for lu.placing > 0 {
+		lu.placeCond.Wait()
+	}
+	lu.placeMu.Unlock()
+	lu.writeMu.Lock()
+}
+
+func (lu *LogicalUnit) unlockExclusive() {
+	lu.writeMu.Unlock()
+	lu.placeMu.Lock()
+	lu.exclusive--
+	lu.placeMu.Unlock()
+}
+
 // Blocks returns the capacity in logical blocks.
 func (lu *LogicalUnit) Blocks() uint64 { return lu.blocks.Load() }
 
@@ -386,9 +438,9 @@ func (lu *LogicalUnit) Resize(size int64) error {
 		if !ok {
 			return errors.New("scsi: backstore cannot be resized")
 		}
-		lu.writeMu.Lock()
+		lu.lockExclusive()
 		err := r.Resize(size)
-		lu.writeMu.Unlock()
+		lu.unlockExclusive()
 		if err != nil {
 			return err
 		}

@@ -237,12 +237,12 @@ func execWrite(c *cmdCtx) failure {
 
 // writeViews begins a WRITE whose data-out the fabric places where it
 // will lie (Command.ViewOut): it checks the write as writeData does, then
-// gives the backstore's memory for the range in DataOutViews with the
-// write lock held shared until placed. When a COMPARE AND WRITE or a
-// resize holds or awaits the lock, the data-out goes to a buffer instead,
-// written once it is there: the fabric's goroutine, which may be running
-// this, must never wait for the lock, whose holder may be waiting for
-// that goroutine to deliver its own data-out.
+// gives the backstore's memory for the range in DataOutViews, counted as
+// a placement (beginPlace) until placed. When a COMPARE AND WRITE or a
+// resize holds or awaits the write lock, the data-out goes to a buffer
+// instead, written once it is there: the fabric's goroutine, which may be
+// running this, must never wait for the lock, whose holder waits for the
+// placements that goroutine delivers.
 func (c *cmdCtx) writeViews() failure {
 	lu, cmd := c.lu, c.cmd
 	if f := lu.writeProtect(); f.failed() {
@@ -261,14 +261,14 @@ func (c *cmdCtx) writeViews() failure {
 		return ok
 	}
 	c.lba, c.fua = lba, c.cdb[0] != opWrite6 && c.cdb[1]&0x08 != 0
-	if !lu.writeMu.TryRLock() {
+	if !lu.beginPlace() {
 		cmd.DataOutViews = append(cmd.DataOutViews[:0], make([]byte, want))
 		c.place = placeBuffer
 		return ok
 	}
 	views, err := lu.wviewer.WriteView(cmd.DataOutViews[:0], lu.byteOff(lba), int64(want))
 	if err != nil {
-		lu.writeMu.RUnlock()
+		lu.endPlace()
 		clear(views)
 		cmd.DataOutViews = views[:0]
 		lu.logger().Warn("scsi: write failed", "lba", lba, "bytes", want, "err", err)
@@ -434,14 +434,14 @@ func execCompareAndWrite(c *cmdCtx) failure {
 		f = compareAndWriteFailure(cw.CompareAndWrite(verify, data, lu.byteOff(lba)), lba)
 		lu.writeMu.RUnlock()
 	} else {
-		lu.writeMu.Lock()
+		lu.lockExclusive()
 		f = lu.compare(verify, lba, false)
 		if !f.failed() {
 			if _, err := lu.bs.WriteAt(data, lu.byteOff(lba)); err != nil {
 				f = ioFailure(err, true, lba)
 			}
 		}
-		lu.writeMu.Unlock()
+		lu.unlockExclusive()
 	}
 	if f.failed() {
 		return f

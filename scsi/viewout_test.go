@@ -218,7 +218,7 @@ func TestViewOutHoldsTask(t *testing.T) {
 func TestViewOutWriteLockBusy(t *testing.T) {
 	f := newFixture(t, LUConfig{})
 	done := make(chanCompleter, 1)
-	f.lu.writeMu.Lock()
+	f.lu.lockExclusive()
 	cmd, res, _ := viewOutWrite(t, f.s, 1, 8, 16, TaskSimple, done)
 	if !res.FetchViews || len(cmd.DataOutViews) != 1 || len(cmd.DataOutViews[0]) != 8192 {
 		t.Fatalf("Submit under the write lock: %+v, views %v", res, lens(cmd.DataOutViews))
@@ -233,7 +233,7 @@ func TestViewOutWriteLockBusy(t *testing.T) {
 		t.Fatalf("completed under the write lock: %+v", r)
 	case <-time.After(50 * time.Millisecond):
 	}
-	f.lu.writeMu.Unlock()
+	f.lu.unlockExclusive()
 	if r := waitResult(t, done); r.Status != sense.StatusGood {
 		t.Fatalf("WRITE: %+v", r)
 	}
@@ -278,4 +278,80 @@ func lens(v [][]byte) []int {
 		n = append(n, len(b))
 	}
 	return n
+}
+
+// The fabric's goroutine must never wait for a data-out placement it is
+// itself to deliver: with a WRITE placing data-out and a COMPARE AND
+// WRITE waiting for it to end, an ordinary WRITE that Submit runs inline
+// completes (it does not queue behind the COMPARE AND WRITE on the write
+// lock), and once the placement ends the COMPARE AND WRITE runs.
+func TestViewOutInlineWriteNotBlocked(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	ctx := testCtx(t)
+	cmd, res, _ := viewOutWrite(t, f.s, 1, 0, 128, TaskSimple, make(chanCompleter, 1))
+	if !res.FetchViews {
+		t.Fatalf("Submit: %+v", res)
+	}
+	caw := cdb16(0x89, 0, 1000, 0)
+	caw[13] = 1
+	cawDone := f.goExec(ctx, f.s, &Command{Tag: 2, CDB: caw, DataOut: make([]byte, 1024)})
+	time.Sleep(50 * time.Millisecond) // the COMPARE AND WRITE waits for the lock
+	small := &Command{Tag: 3, CDB: cdb16(0x8a, 0, 2000, 8), DataOut: pattern(4096, 9), DataOutLen: 4096}
+	if _, ok := f.s.Check(small); !ok {
+		t.Fatal("Check of the small WRITE")
+	}
+	small.Checked = true
+	done := make(chanCompleter, 1)
+	inlineDone := make(chan Result, 1)
+	go func() {
+		r, inline := f.s.Submit(ctx, small, done)
+		if !inline {
+			r = <-done
+		}
+		inlineDone <- r
+	}()
+	select {
+	case r := <-inlineDone:
+		if r.Status != sense.StatusGood {
+			t.Fatalf("small WRITE: %+v", r)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a WRITE on the fabric's goroutine waits behind a COMPARE AND WRITE that waits for that goroutine's placement")
+	}
+	fillViews(cmd, make([]byte, 65536))
+	if r, _ := cmd.DataOutPlaced(true); r.Status != sense.StatusGood {
+		t.Fatalf("WRITE: %+v", r)
+	}
+	if r := waitResult(t, cawDone); r.Status != sense.StatusGood {
+		t.Fatalf("COMPARE AND WRITE: %+v", r)
+	}
+}
+
+// A resize waits for a placement under way (a shrink could otherwise
+// detach the chunks being written from the medium).
+func TestViewOutResizeWaits(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	cmd, res, _ := viewOutWrite(t, f.s, 1, 1000, 128, TaskSimple, make(chanCompleter, 1))
+	if !res.FetchViews {
+		t.Fatalf("Submit: %+v", res)
+	}
+	resized := make(chan error, 1)
+	go func() { resized <- f.lu.Resize(512 << 10) }()
+	select {
+	case err := <-resized:
+		t.Fatalf("Resize returned (%v) during the placement", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	fillViews(cmd, pattern(65536, 1))
+	if r, _ := cmd.DataOutPlaced(true); r.Status != sense.StatusGood {
+		t.Fatalf("WRITE: %+v", r)
+	}
+	select {
+	case err := <-resized:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Resize did not return after the placement")
+	}
 }
