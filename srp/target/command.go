@@ -49,6 +49,10 @@ type command struct {
 	tableOut    bool              // the table is the data-out list
 	readsLeft   int
 	readErr     bool
+	// viewMem is the data memory budget taken for data-out placed into
+	// the backstore's memory (ViewOut), given back when the command is
+	// freed.
+	viewMem int
 }
 
 // cmdState is where an SRP_CMD is in the target (the states of ib_srpt's
@@ -147,6 +151,10 @@ func (c *channel) freeCommand(cmd *command) {
 	c.putBuf(cmd.inMR)
 	c.putBuf(cmd.tableMR)
 	cmd.outMR, cmd.inMR, cmd.tableMR = nil, nil, nil
+	if cmd.viewMem > 0 {
+		c.port.releaseData(cmd.viewMem)
+		cmd.viewMem = 0
+	}
 	c.postRecv(cmd.slot)
 	c.freeSendCtx(cmd.send)
 	for _, t := range cmd.waiters {
@@ -271,6 +279,14 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 		sc.ViewIn = c.local != nil && inBuf >= viewInMin
 	}
 	if sc.ViewOut {
+		// No buffer, but the bytes in flight count against
+		// max_data_memory as a buffer's would: a peer that never answers
+		// the RDMA READs pins no more than the budget.
+		if !c.port.reserveData(cmd.fetch) {
+			c.busy(cmd, errDataMemory)
+			return
+		}
+		cmd.viewMem = cmd.fetch
 		c.execute(cmd)
 		return
 	}

@@ -54,7 +54,8 @@ type Port struct {
 	srqRing *recvRing
 
 	// dataMem is the bytes of command data buffers (and fetched
-	// descriptor tables) the port's channels hold, by size class; at most
+	// descriptor tables) the port's channels hold, by size class, and of
+	// data-out being placed straight into a RAM LUN's memory; at most
 	// cfg.MaxDataMemory.
 	dataMem atomic.Int64
 }

@@ -36,9 +36,7 @@ func TestViewOutWriteReadBack(t *testing.T) {
 		if ld.regions.Load() == regions {
 			t.Fatalf("WRITE %d: no local region: the data-out was not placed into the medium", k)
 		}
-		if n := e.port.dataMem.Load(); n != 0 {
-			t.Fatalf("WRITE %d: %d bytes of data buffers held", k, n)
-		}
+		waitDataMemory(t, e, func(n int64) bool { return n == 0 }, "no data memory held after the WRITE")
 		back, d := i.buf(1<<20, 128<<10)
 		clear(back)
 		i.sendIU(&srp.Cmd{Tag: tag + 1, CDB: cdb10(0x28, 64, 256), DataIn: direct(d)})
