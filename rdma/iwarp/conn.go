@@ -601,13 +601,27 @@ func (c *conn) Poll(ctx context.Context, out []rdma.Completion) (int, error) {
 		if n, err := c.TryPoll(out); n > 0 || err != nil {
 			return n, err
 		}
+		done := c.done
+		if c.placingAfterFail() {
+			// The reader flushes the Read it places, then signals.
+			done = nil
+		}
 		select {
 		case <-c.cqWake:
-		case <-c.done:
+		case <-done:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
 	}
+}
+
+// placingAfterFail reports whether the connection failed while the reader
+// was placing a Read Response: that Read's flush is still to come
+// (flushLocked left it to the reader).
+func (c *conn) placingAfterFail() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err != nil && c.rxPlacing
 }
 
 // TryPoll implements rdma.CQNotifier.
@@ -615,7 +629,7 @@ func (c *conn) TryPoll(out []rdma.Completion) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.cq) == 0 {
-		if c.err != nil {
+		if c.err != nil && !c.rxPlacing {
 			return 0, rdma.ErrClosed
 		}
 		return 0, nil

@@ -270,6 +270,11 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 		return c.place(nil, pad)
 	}
 	c.mu.Lock()
+	if err := c.err; err != nil {
+		// The Reads were flushed: their sinks may be in use again.
+		c.mu.Unlock()
+		return err
+	}
 	var oe orqEntry
 	var e *sqEntry
 	ok := c.orqLen > 0
@@ -277,7 +282,7 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 		oe = c.orq[c.orqHead]
 		if !oe.fence {
 			e = &c.sq[oe.idx]
-			c.rxPlacing, c.rxPlacingIdx = c.err == nil, oe.idx
+			c.rxPlacing, c.rxPlacingIdx = true, oe.idx
 		}
 	}
 	c.mu.Unlock()
@@ -357,6 +362,8 @@ func (c *conn) placed(e *sqEntry) {
 	c.mu.Unlock()
 	if flushed {
 		c.kickPoller()
+		c.signalCQ()
+		c.announce()
 	}
 }
 
