@@ -425,6 +425,19 @@ func (lu *LogicalUnit) unlockExclusive() {
 	lu.placeMu.Unlock()
 }
 
+// lockForUnmap takes writeMu for a deallocation and returns its unlock:
+// shared, or exclusive while data-out may be placed into the backstore's
+// memory (an UNMAP between WriteView and the placement would leave pages
+// reported deallocated that hold the new data).
+func (lu *LogicalUnit) lockForUnmap() func() {
+	if lu.wviewer != nil {
+		lu.lockExclusive()
+		return lu.unlockExclusive
+	}
+	lu.writeMu.RLock()
+	return lu.writeMu.RUnlock
+}
+
 // Blocks returns the capacity in logical blocks.
 func (lu *LogicalUnit) Blocks() uint64 { return lu.blocks.Load() }
 

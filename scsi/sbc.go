@@ -261,7 +261,9 @@ func (c *cmdCtx) writeViews() failure {
 		return ok
 	}
 	c.lba, c.fua = lba, c.cdb[0] != opWrite6 && c.cdb[1]&0x08 != 0
-	if !lu.beginPlace() {
+	// A logical unit without WriteView (the LUN was mapped to another
+	// since Check) takes the buffer too.
+	if lu.wviewer == nil || !lu.beginPlace() {
 		cmd.DataOutViews = append(cmd.DataOutViews[:0], make([]byte, want))
 		c.place = placeBuffer
 		return ok
@@ -505,9 +507,9 @@ func execWriteSame(c *cmdCtx) failure {
 	off, length := lu.byteOff(lba), int64(n)<<lu.shift
 	var err error
 	if unmap && lu.unmapper != nil && allZero(block) {
-		lu.writeMu.RLock()
+		unlock := lu.lockForUnmap()
 		err = lu.unmapper.Unmap(off, length)
-		lu.writeMu.RUnlock()
+		unlock()
 	} else {
 		lu.writeMu.RLock()
 		err = lu.writeSame(c.ctx, block, off, int64(n))
@@ -592,8 +594,7 @@ func execUnmap(c *cmdCtx) failure {
 			return f
 		}
 	}
-	lu.writeMu.RLock()
-	defer lu.writeMu.RUnlock()
+	defer lu.lockForUnmap()()
 	for i := 0; i < nd; i++ {
 		d := p[8+16*i:]
 		lba, cnt := be64(d), be32(d[8:])

@@ -23,6 +23,9 @@ func viewOutWrite(t *testing.T, s Session, tag, lba uint64, n uint32, attr TaskA
 	}
 	cmd.Checked = true
 	res, inline := s.Submit(testCtx(t), cmd, c)
+	// A test that fails half-way ends the placement, so that closing
+	// the session does not wait for it.
+	t.Cleanup(func() { cmd.DataOutPlaced(false) })
 	return cmd, res, inline
 }
 
@@ -353,5 +356,80 @@ func TestViewOutResizeWaits(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Resize did not return after the placement")
+	}
+}
+
+// A LUN mapped to another logical unit, whose backstore has no WriteView,
+// between Check (which kept ViewOut) and Submit: the data-out goes to a
+// buffer, written to the new logical unit once placed.
+func TestViewOutLUNRemappedAfterCheck(t *testing.T) {
+	f := newFixture(t, LUConfig{})
+	cmd := &Command{Tag: 1, CDB: cdb16(0x8a, 0, 0, 64), DataOutLen: 64 * 512, ViewOut: true}
+	if _, ok := f.s.Check(cmd); !ok || !cmd.ViewOut {
+		t.Fatal("Check did not keep ViewOut")
+	}
+	cmd.Checked = true
+	other, err := NewLogicalUnit(LUConfig{Backstore: struct{ backstore.Backstore }{backstore.NewRAM(1 << 20)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.tg.RemoveLUN(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.tg.AddLUN(0, other); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chanCompleter, 1)
+	res, inline := f.s.Submit(testCtx(t), cmd, done)
+	if !inline { // the new logical unit's backstore may block
+		res = waitResult(t, done)
+	}
+	if !res.FetchViews || len(cmd.DataOutViews) != 1 {
+		t.Fatalf("Submit: %+v", res)
+	}
+	data := pattern(64*512, 4)
+	fillViews(cmd, data)
+	res, inline = cmd.DataOutPlaced(true)
+	if !inline {
+		res = waitResult(t, done)
+	}
+	if res.Status != sense.StatusGood {
+		t.Fatalf("WRITE: %+v", res)
+	}
+	got := make([]byte, len(data))
+	if _, err := other.bs.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("the new logical unit does not hold the data (%v)", err)
+	}
+}
+
+// An UNMAP of blocks a WRITE is placing data-out into waits for the
+// placement (else pages reported deallocated would hold the new data),
+// and then deallocates them.
+func TestViewOutUnmapWaits(t *testing.T) {
+	f := newFixture(t, LUConfig{ThinProvisioning: true})
+	ctx := testCtx(t)
+	cmd, res, _ := viewOutWrite(t, f.s, 1, 0, 128, TaskSimple, make(chanCompleter, 1))
+	if !res.FetchViews {
+		t.Fatalf("Submit: %+v", res)
+	}
+	// UNMAP blocks 8..15: parameter list header, one descriptor (LBA, count).
+	param := make([]byte, 24)
+	param[1], param[3] = 22, 16
+	param[15], param[19] = 8, 8
+	unmapDone := f.goExec(ctx, f.s, &Command{Tag: 2, CDB: cdb10(0x42, 0, 0, 24), DataOut: param})
+	select {
+	case r := <-unmapDone:
+		t.Fatalf("UNMAP ran during the placement: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	fillViews(cmd, pattern(65536, 7))
+	if r, _ := cmd.DataOutPlaced(true); r.Status != sense.StatusGood {
+		t.Fatalf("WRITE: %+v", r)
+	}
+	if r := waitResult(t, unmapDone); r.Status != sense.StatusGood {
+		t.Fatalf("UNMAP: %+v", r)
+	}
+	if got := f.in(cdb16(0x88, 0, 8, 8), 4096); !bytes.Equal(got, make([]byte, 4096)) {
+		t.Fatal("unmapped blocks do not read zeros")
 	}
 }

@@ -121,7 +121,7 @@ func (c *channel) tmfReady(t *tmfOp) {
 func (c *channel) onTMFDone(t *tmfOp) {
 	if t.code == srp.TMFRspComplete && t.tm.Func != srp.TMFClearACA {
 		for _, r := range t.targets {
-			if r.live() && r.cmd.state == cmdExec {
+			if r.live() && (r.cmd.state == cmdExec || r.cmd.state == cmdExecData) {
 				r.cmd.aborted = true
 			}
 		}
