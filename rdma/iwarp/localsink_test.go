@@ -86,3 +86,34 @@ func TestReadIntoLocalRegions(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalSinkCRCCheckedFirst: with MPA CRCs on, a Read Response for a
+// sink of local regions (memory its consumer shares) whose CRC does not
+// match ends the connection with a Terminate and leaves the sink as it
+// was: the payload is checked before any of it is placed.
+func TestLocalSinkCRCCheckedFirst(t *testing.T) {
+	p := newFakePeer(t, Config{}, rdma.QPConfig{SendDepth: 8, RecvDepth: 4, MaxSGE: 4, IRD: 4, ORD: 4}, mpaFlagCRC)
+	if !p.crc {
+		t.Fatal("CRC not negotiated")
+	}
+	a, b := make([]byte, 30000), make([]byte, 30000)
+	if err := p.server.PostSend(rdma.SendWR{ID: 1, Op: rdma.OpRDMARead, Signaled: true,
+		Local:  []rdma.SGE{{MR: p.dev.LocalRegion(a), Length: len(a)}, {MR: p.dev.LocalRegion(b), Length: len(b)}},
+		Remote: rdma.RemoteAddr{Addr: 0x1000, RKey: 0x55}}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := p.readFPDU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sinkSTag, sinkTO := binary.BigEndian.Uint32(u[18:]), binary.BigEndian.Uint64(u[22:])
+	f := fpduBytes(tagged(0xc1, 0x42, sinkSTag, sinkTO, bytes.Repeat([]byte{0x5a}, 60000)), true)
+	f[len(f)-1] ^= 0x01
+	if _, err := p.nc.Write(f); err != nil {
+		t.Fatal(err)
+	}
+	p.expectTerminate(LayerLLP, LLPTypeMPA, LLPCRCError, 0, nil)
+	if !bytes.Equal(a, make([]byte, len(a))) || !bytes.Equal(b, make([]byte, len(b))) {
+		t.Fatal("a payload that failed its CRC reached the sink")
+	}
+}

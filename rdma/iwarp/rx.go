@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"slices"
 
 	"github.com/gosrp/gosrp/rdma"
 )
@@ -27,6 +28,9 @@ type rxState struct {
 	// pieces are a Read Response's destinations in its sink (placeSGL),
 	// work their copy that the read consumes.
 	pieces, work [rxMaxPieces][]byte
+	// bounce receives payloads checked before they reach a shared sink
+	// (placeChecked).
+	bounce []byte
 }
 
 func (r *rxState) init() {
@@ -345,6 +349,34 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 	return nil
 }
 
+// placeChecked is placeSGL for a sink with local regions while MPA CRCs
+// are on: a local region is memory its consumer shares (a RAM LUN's, which
+// a concurrent WRITE may change), so the payload is read into a buffer of
+// the reader's own, checked, and only then copied into the sink: the CRC
+// covers the bytes received, and a corrupt payload never reaches the sink.
+func (c *conn) placeChecked(sgl []rdma.SGE, off, n, pad int) error {
+	if cap(c.rx.bounce) < n {
+		c.rx.bounce = make([]byte, max(n, 64<<10))
+	}
+	b := c.rx.bounce[:n]
+	if err := c.place(b, pad); err != nil {
+		return err
+	}
+	for _, s := range sgl {
+		if len(b) == 0 {
+			break
+		}
+		d := s.Bytes()
+		if off >= len(d) {
+			off -= len(d)
+			continue
+		}
+		b = b[copy(d[off:], b):]
+		off = 0
+	}
+	return nil
+}
+
 // placed ends the reader's placement into e's sink (rxReadResponse): if
 // the connection failed meanwhile, the flush left e alone (flushLocked),
 // and it is flushed now that the reader no longer writes its sink.
@@ -371,6 +403,9 @@ func (c *conn) placed(e *sqEntry) {
 // then checks pad and CRC: in one readv(2) when the bytes fall in at most
 // rxMaxPieces of its elements.
 func (c *conn) placeSGL(sgl []rdma.SGE, off, n, pad int) error {
+	if c.crc && slices.ContainsFunc(sgl, func(s rdma.SGE) bool { return isLocalRegion(s.MR) }) {
+		return c.placeChecked(sgl, off, n, pad)
+	}
 	pieces, o, left := c.rx.pieces[:0], off, n
 	for _, s := range sgl {
 		if left == 0 || len(pieces) == rxMaxPieces {
