@@ -104,8 +104,13 @@ func (p *Proxy) Stats() Stats {
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Every connection is set to reset before any is closed: closing one
+	// ends its pair's other copy, which closes the other connection
+	// itself (serve), and that close must reset too, not end with a FIN.
 	for c := range p.conns {
 		c.SetLinger(0)
+	}
+	for c := range p.conns {
 		c.Close()
 		delete(p.conns, c)
 		p.resets.Add(1)
