@@ -552,29 +552,16 @@ func (c *channel) fetchViews(cmd *command) {
 		c.endFetch(cmd, false)
 		return
 	}
-	views := cmd.sc.DataOutViews
-	maxSGE := viewMaxSGE
-	if c.maxSGE > 0 {
-		maxSGE = min(maxSGE, c.maxSGE)
-	}
+	cur := viewCursor{views: cmd.sc.DataOutViews}
+	maxSGE := c.viewSGELimit()
 	cmd.sges, cmd.wrs, cmd.sgeAt = cmd.sges[:0], cmd.wrs[:0], cmd.sgeAt[:0]
-	vi, vo := 0, 0 // the next byte of the views: views[vi][vo]
 	left := cmd.fetch
 	for _, d := range cmd.out {
-		for done := 0; done < int(d.Len) && left > 0 && vi < len(views); {
+		for done := 0; done < int(d.Len) && left > 0 && cur.more(); {
 			k := min(int(d.Len)-done, c.cfg.MaxRDMASize, left)
-			first := len(cmd.sges)
-			cmd.sgeAt = append(cmd.sgeAt, first)
-			got := 0
-			for got < k && len(cmd.sges)-first < maxSGE && vi < len(views) {
-				v := views[vi][vo:]
-				m := min(len(v), k-got)
-				cmd.sges = append(cmd.sges, rdma.SGE{MR: c.local.LocalRegion(v[:m:m]), Length: m})
-				got += m
-				if vo += m; vo == len(views[vi]) {
-					vi, vo = vi+1, 0
-				}
-			}
+			cmd.sgeAt = append(cmd.sgeAt, len(cmd.sges))
+			var got int
+			cmd.sges, got = cur.take(c.local, cmd.sges, k, maxSGE)
 			cmd.wrs = append(cmd.wrs, rdma.SendWR{
 				Op:       rdma.OpRDMARead,
 				Remote:   rdma.RemoteAddr{Addr: d.VA + uint64(done), RKey: d.Key},
@@ -631,6 +618,42 @@ const (
 	viewMaxSGE = 16
 )
 
+// viewCursor walks the backstore memory a command's data moves from or to
+// (scsi.Command.DataInViews or DataOutViews), in order.
+type viewCursor struct {
+	views  [][]byte
+	vi, vo int // the next byte: views[vi][vo]
+}
+
+// more reports whether bytes are left.
+func (v *viewCursor) more() bool { return v.vi < len(v.views) }
+
+// take appends to sges, as local regions of l, the next k bytes or fewer:
+// at most maxSGE pieces, none beyond the last view. It returns sges and
+// how many bytes it took.
+func (v *viewCursor) take(l rdma.LocalRegioner, sges []rdma.SGE, k, maxSGE int) ([]rdma.SGE, int) {
+	got := 0
+	for n := 0; got < k && n < maxSGE && v.more(); n++ {
+		p := v.views[v.vi][v.vo:]
+		m := min(len(p), k-got)
+		sges = append(sges, rdma.SGE{MR: l.LocalRegion(p[:m:m]), Length: m})
+		got += m
+		if v.vo += m; v.vo == len(v.views[v.vi]) {
+			v.vi, v.vo = v.vi+1, 0
+		}
+	}
+	return sges, got
+}
+
+// viewSGELimit is the most SGEs of one RDMA READ or WRITE from or to views:
+// viewMaxSGE, or fewer if the queue pair grants fewer.
+func (c *channel) viewSGELimit() int {
+	if c.maxSGE > 0 {
+		return min(viewMaxSGE, c.maxSGE)
+	}
+	return viewMaxSGE
+}
+
 // dataInWrites builds in cmd.wrs the RDMA WRITEs that place n bytes of
 // data-in into the initiator's data-in descriptors, in order, each at most
 // MaxRDMASize bytes: from the command's buffer (one SGE each), or from the
@@ -638,32 +661,18 @@ const (
 // at viewMaxSGE pieces).
 func (c *channel) dataInWrites(cmd *command, n int) {
 	cmd.sges, cmd.wrs, cmd.sgeAt = cmd.sges[:0], cmd.wrs[:0], cmd.sgeAt[:0]
-	views := cmd.sc.DataInViews
-	vi, vo := 0, 0 // the next byte of the views: views[vi][vo]
-	maxSGE := viewMaxSGE
-	if c.maxSGE > 0 {
-		maxSGE = min(maxSGE, c.maxSGE)
-	}
+	cur := viewCursor{views: cmd.sc.DataInViews}
+	fromViews := len(cur.views) > 0
+	maxSGE := c.viewSGELimit()
 	left, off := n, 0
 	for _, d := range cmd.in {
-		for done := 0; done < int(d.Len) && left > 0; {
+		for done := 0; done < int(d.Len) && left > 0 && (!fromViews || cur.more()); {
 			k := min(int(d.Len)-done, c.cfg.MaxRDMASize, left)
-			first := len(cmd.sges)
-			cmd.sgeAt = append(cmd.sgeAt, first)
-			if len(views) == 0 {
-				cmd.sges = append(cmd.sges, rdma.SGE{MR: cmd.inMR, Offset: off, Length: k})
+			cmd.sgeAt = append(cmd.sgeAt, len(cmd.sges))
+			if fromViews {
+				cmd.sges, k = cur.take(c.local, cmd.sges, k, maxSGE)
 			} else {
-				got := 0
-				for got < k && len(cmd.sges)-first < maxSGE {
-					v := views[vi][vo:]
-					m := min(len(v), k-got)
-					cmd.sges = append(cmd.sges, rdma.SGE{MR: c.local.LocalRegion(v[:m:m]), Length: m})
-					got += m
-					if vo += m; vo == len(views[vi]) {
-						vi, vo = vi+1, 0
-					}
-				}
-				k = got
+				cmd.sges = append(cmd.sges, rdma.SGE{MR: cmd.inMR, Offset: off, Length: k})
 			}
 			cmd.wrs = append(cmd.wrs, rdma.SendWR{
 				Op:     rdma.OpRDMAWrite,
