@@ -106,7 +106,12 @@ func (lu *LogicalUnit) checkXfer(n uint32, lenField int) failure {
 // length differs with INVALID FIELD IN COMMAND INFORMATION UNIT.
 func (c *cmdCtx) needsDataOut(want int) failure {
 	c.res.DataOutWanted = want
-	if len(c.cmd.DataOut) != want {
+	n := len(c.cmd.DataOut)
+	if c.cmd.ViewOut {
+		// Not fetched yet: placed into the backstore's memory later.
+		n = c.cmd.DataOutLen
+	}
+	if n != want {
 		return fail(ReasonInvalidCommandIU)
 	}
 	c.res.DataOutUsed = want
@@ -204,18 +209,29 @@ func (lu *LogicalUnit) writeBlocks(data []byte, lba uint64, fua bool) failure {
 // transfer range, the data-out length) and returns its data and first LBA;
 // the data is empty for a transfer length of 0.
 func (c *cmdCtx) writeData() ([]byte, uint64, failure) {
-	if f := c.lu.writeProtect(); f.failed() {
-		return nil, 0, f
-	}
-	lba, _, want, f := c.xferRange()
+	lba, want, f := c.writeRange()
 	if f.failed() {
-		return nil, 0, f
-	}
-	if f := c.needsDataOut(want); f.failed() {
 		return nil, 0, f
 	}
 	return c.cmd.DataOut[:want], lba, ok
 }
+
+// writeRange checks a medium write of the command (write protection, the
+// transfer range, the data-out length) and returns its first LBA and its
+// length in bytes.
+func (c *cmdCtx) writeRange() (uint64, int, failure) {
+	if f := c.lu.writeProtect(); f.failed() {
+		return 0, 0, f
+	}
+	lba, _, want, f := c.xferRange()
+	if f.failed() {
+		return 0, 0, f
+	}
+	return lba, want, c.needsDataOut(want)
+}
+
+// writeFUA reports the FUA bit of a WRITE CDB (WRITE(6) has none).
+func writeFUA(cdb []byte) bool { return cdb[0] != opWrite6 && cdb[1]&0x08 != 0 }
 
 // isWrite reports whether op is WRITE(6/10/12/16).
 func isWrite(op byte) bool {
@@ -231,12 +247,11 @@ func execWrite(c *cmdCtx) failure {
 	if f.failed() || len(data) == 0 {
 		return f
 	}
-	fua := c.cdb[0] != opWrite6 && c.cdb[1]&0x08 != 0
-	return c.lu.writeBlocks(data, lba, fua)
+	return c.lu.writeBlocks(data, lba, writeFUA(c.cdb))
 }
 
 // writeViews begins a WRITE whose data-out the fabric places where it
-// will lie (Command.ViewOut): it checks the write as writeData does, then
+// will lie (Command.ViewOut): it checks the write (writeRange), then
 // gives the backstore's memory for the range in DataOutViews, counted as
 // a placement (beginPlace) until placed. When a COMPARE AND WRITE or a
 // resize holds or awaits the write lock, the data-out goes to a buffer
@@ -245,22 +260,11 @@ func execWrite(c *cmdCtx) failure {
 // placements that goroutine delivers.
 func (c *cmdCtx) writeViews() failure {
 	lu, cmd := c.lu, c.cmd
-	if f := lu.writeProtect(); f.failed() {
+	lba, want, f := c.writeRange()
+	if f.failed() || want == 0 {
 		return f
 	}
-	lba, _, want, f := c.xferRange()
-	if f.failed() {
-		return f
-	}
-	c.res.DataOutWanted = want
-	if cmd.DataOutLen != want {
-		return fail(ReasonInvalidCommandIU)
-	}
-	c.res.DataOutUsed = want
-	if want == 0 {
-		return ok
-	}
-	c.lba, c.fua = lba, c.cdb[0] != opWrite6 && c.cdb[1]&0x08 != 0
+	c.lba, c.fua = lba, writeFUA(c.cdb)
 	// A logical unit without WriteView (the LUN was mapped to another
 	// since Check) takes the buffer too.
 	if lu.wviewer == nil || !lu.beginPlace() {
