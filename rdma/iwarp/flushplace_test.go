@@ -2,7 +2,6 @@ package iwarp
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"testing"
 	"time"
@@ -26,16 +25,7 @@ func TestReadFlushedAfterPlacement(t *testing.T) {
 		srv := p.server.(*conn)
 		const size = 4 << 20
 		sink := make([]byte, size)
-		if err := p.server.PostSend(rdma.SendWR{ID: 9, Op: rdma.OpRDMARead, Signaled: true,
-			Local:  []rdma.SGE{{MR: p.dev.LocalRegion(sink), Length: size}},
-			Remote: rdma.RemoteAddr{Addr: 0x1000, RKey: 0x55}}); err != nil {
-			t.Fatal(err)
-		}
-		u, err := p.readFPDU()
-		if err != nil {
-			t.Fatal(err)
-		}
-		sinkSTag, sinkTO := binary.BigEndian.Uint32(u[18:]), binary.BigEndian.Uint64(u[22:])
+		sinkSTag, sinkTO, _ := p.postRead(9, []rdma.SGE{{MR: p.dev.LocalRegion(sink), Length: size}})
 		stop := make(chan struct{})
 		go func() {
 			payload := bytes.Repeat([]byte{0xab}, 64)

@@ -43,20 +43,8 @@ func TestReadIntoLocalRegions(t *testing.T) {
 					sgl = append(sgl, rdma.SGE{MR: p.dev.LocalRegion(b), Length: n})
 					total += n
 				}
-				if err := p.server.PostSend(rdma.SendWR{ID: 9, Op: rdma.OpRDMARead, Signaled: true, Local: sgl,
-					Remote: rdma.RemoteAddr{Addr: 0x1000, RKey: 0x55}}); err != nil {
-					t.Fatal(err)
-				}
-				u, err := p.readFPDU()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if u[0]&0x80 != 0 || u[1]&0x0f != opReadRequest {
-					t.Fatalf("%x, want a Read Request", u)
-				}
-				// RFC 5040 §4.4: sink STag, sink TO, size, source STag, source TO.
-				sinkSTag, sinkTO := binary.BigEndian.Uint32(u[18:]), binary.BigEndian.Uint64(u[22:])
-				if size := binary.BigEndian.Uint32(u[30:]); size != uint32(total) {
+				sinkSTag, sinkTO, size := p.postRead(9, sgl)
+				if size != uint32(total) {
 					t.Fatalf("Read size %d, want %d", size, total)
 				}
 				if sinkSTag == 0 || p.dev.lookup(sinkSTag) != nil {
@@ -87,6 +75,26 @@ func TestReadIntoLocalRegions(t *testing.T) {
 	}
 }
 
+// postRead posts RDMA Read id into the sink sgl (from remote TO 0x1000,
+// STag 0x55) and reads its Read Request off the wire: it returns the
+// request's sink STag, sink TO and size (RFC 5040 §4.4: sink STag, sink
+// TO, size, source STag, source TO).
+func (p *fakePeer) postRead(id uint64, sgl []rdma.SGE) (uint32, uint64, uint32) {
+	p.t.Helper()
+	if err := p.server.PostSend(rdma.SendWR{ID: id, Op: rdma.OpRDMARead, Signaled: true, Local: sgl,
+		Remote: rdma.RemoteAddr{Addr: 0x1000, RKey: 0x55}}); err != nil {
+		p.t.Fatal(err)
+	}
+	u, err := p.readFPDU()
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if u[0]&0x80 != 0 || u[1]&0x0f != opReadRequest {
+		p.t.Fatalf("%x, want a Read Request", u)
+	}
+	return binary.BigEndian.Uint32(u[18:]), binary.BigEndian.Uint64(u[22:]), binary.BigEndian.Uint32(u[30:])
+}
+
 // TestLocalSinkCRCCheckedFirst: with MPA CRCs on, a Read Response for a
 // sink of local regions (memory its consumer shares) whose CRC does not
 // match ends the connection with a Terminate and leaves the sink as it
@@ -97,16 +105,7 @@ func TestLocalSinkCRCCheckedFirst(t *testing.T) {
 		t.Fatal("CRC not negotiated")
 	}
 	a, b := make([]byte, 30000), make([]byte, 30000)
-	if err := p.server.PostSend(rdma.SendWR{ID: 1, Op: rdma.OpRDMARead, Signaled: true,
-		Local:  []rdma.SGE{{MR: p.dev.LocalRegion(a), Length: len(a)}, {MR: p.dev.LocalRegion(b), Length: len(b)}},
-		Remote: rdma.RemoteAddr{Addr: 0x1000, RKey: 0x55}}); err != nil {
-		t.Fatal(err)
-	}
-	u, err := p.readFPDU()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sinkSTag, sinkTO := binary.BigEndian.Uint32(u[18:]), binary.BigEndian.Uint64(u[22:])
+	sinkSTag, sinkTO, _ := p.postRead(1, []rdma.SGE{{MR: p.dev.LocalRegion(a), Length: len(a)}, {MR: p.dev.LocalRegion(b), Length: len(b)}})
 	f := fpduBytes(tagged(0xc1, 0x42, sinkSTag, sinkTO, bytes.Repeat([]byte{0x5a}, 60000)), true)
 	f[len(f)-1] ^= 0x01
 	if _, err := p.nc.Write(f); err != nil {
