@@ -29,6 +29,17 @@ func viewOutWrite(t *testing.T, s Session, tag, lba uint64, n uint32, attr TaskA
 	return cmd, res, inline
 }
 
+// mustPlace submits viewOutWrite's SIMPLE WRITE and requires it to wait
+// for its data-out (FetchViews).
+func mustPlace(t *testing.T, s Session, tag, lba uint64, n uint32) *Command {
+	t.Helper()
+	cmd, res, _ := viewOutWrite(t, s, tag, lba, n, TaskSimple, make(chanCompleter, 1))
+	if !res.FetchViews {
+		t.Fatalf("Submit: %+v", res)
+	}
+	return cmd
+}
+
 // fillViews writes data into the command's DataOutViews, in order, and
 // reports whether they hold exactly len(data) bytes.
 func fillViews(cmd *Command, data []byte) bool {
@@ -123,10 +134,7 @@ func TestViewOutOnlyWhereItApplies(t *testing.T) {
 // MEDIUM ERROR, WRITE ERROR (03/0C/00) naming its first block.
 func TestViewOutFetchFailed(t *testing.T) {
 	f := newFixture(t, LUConfig{})
-	cmd, res, _ := viewOutWrite(t, f.s, 1, 64, 64, TaskSimple, make(chanCompleter, 1))
-	if !res.FetchViews {
-		t.Fatalf("Submit: %+v", res)
-	}
+	cmd := mustPlace(t, f.s, 1, 64, 64)
 	res, inline := cmd.DataOutPlaced(false)
 	if !inline {
 		t.Fatal("failed placement not inline")
@@ -144,10 +152,7 @@ func TestViewOutFetchFailed(t *testing.T) {
 func TestViewOutHoldsTask(t *testing.T) {
 	f := newFixture(t, LUConfig{})
 	ctx := testCtx(t)
-	cmd, res, _ := viewOutWrite(t, f.s, 1, 0, 8, TaskSimple, make(chanCompleter, 1))
-	if !res.FetchViews {
-		t.Fatalf("Submit: %+v", res)
-	}
+	cmd := mustPlace(t, f.s, 1, 0, 8)
 	tmf := make(chan TMFResponse, 1)
 	go func() { tmf <- f.s.TaskManagement(ctx, TMFAbortTask, 0, 1) }()
 	select {
@@ -168,10 +173,7 @@ func TestViewOutHoldsTask(t *testing.T) {
 	}
 
 	data := pattern(4096, 0x77)
-	cmd, res, _ = viewOutWrite(t, f.s, 2, 16, 8, TaskSimple, make(chanCompleter, 1))
-	if !res.FetchViews {
-		t.Fatalf("Submit: %+v", res)
-	}
+	cmd = mustPlace(t, f.s, 2, 16, 8)
 	ord := &Command{Tag: 3, CDB: cdb16(0x88, 0, 16, 8), DataIn: make([]byte, 4096), Attr: TaskOrdered}
 	ordDone := f.goExec(ctx, f.s, ord)
 	select {
@@ -189,10 +191,7 @@ func TestViewOutHoldsTask(t *testing.T) {
 		t.Fatalf("ORDERED READ: %+v, data equal %v", r, bytes.Equal(ord.DataIn, data))
 	}
 
-	cmd, res, _ = viewOutWrite(t, f.s, 4, 32, 8, TaskSimple, make(chanCompleter, 1))
-	if !res.FetchViews {
-		t.Fatalf("Submit: %+v", res)
-	}
+	cmd = mustPlace(t, f.s, 4, 32, 8)
 	caw := cdb16(0x89, 0, 32, 0)
 	caw[13] = 1
 	cawDone := f.goExec(ctx, f.s, &Command{Tag: 5, CDB: caw, DataOut: append(bytes.Clone(data[:512]), make([]byte, 512)...)})
@@ -250,10 +249,7 @@ func TestViewOutWriteLockBusy(t *testing.T) {
 // which reports it aborted.
 func TestViewOutAbandon(t *testing.T) {
 	f := newFixture(t, LUConfig{})
-	cmd, res, _ := viewOutWrite(t, f.s, 7, 0, 8, TaskSimple, make(chanCompleter, 1))
-	if !res.FetchViews {
-		t.Fatalf("Submit: %+v", res)
-	}
+	cmd := mustPlace(t, f.s, 7, 0, 8)
 	f.s.Abandon(cmd)
 	tur := &Command{Tag: 7, CDB: cdbTUR()}
 	if r := f.s.Execute(testCtx(t), tur); r.Status != sense.StatusGood {
@@ -291,10 +287,7 @@ func lens(v [][]byte) []int {
 func TestViewOutInlineWriteNotBlocked(t *testing.T) {
 	f := newFixture(t, LUConfig{})
 	ctx := testCtx(t)
-	cmd, res, _ := viewOutWrite(t, f.s, 1, 0, 128, TaskSimple, make(chanCompleter, 1))
-	if !res.FetchViews {
-		t.Fatalf("Submit: %+v", res)
-	}
+	cmd := mustPlace(t, f.s, 1, 0, 128)
 	caw := cdb16(0x89, 0, 1000, 0)
 	caw[13] = 1
 	cawDone := f.goExec(ctx, f.s, &Command{Tag: 2, CDB: caw, DataOut: make([]byte, 1024)})
@@ -334,10 +327,7 @@ func TestViewOutInlineWriteNotBlocked(t *testing.T) {
 // detach the chunks being written from the medium).
 func TestViewOutResizeWaits(t *testing.T) {
 	f := newFixture(t, LUConfig{})
-	cmd, res, _ := viewOutWrite(t, f.s, 1, 1000, 128, TaskSimple, make(chanCompleter, 1))
-	if !res.FetchViews {
-		t.Fatalf("Submit: %+v", res)
-	}
+	cmd := mustPlace(t, f.s, 1, 1000, 128)
 	resized := make(chan error, 1)
 	go func() { resized <- f.lu.Resize(512 << 10) }()
 	select {
@@ -408,10 +398,7 @@ func TestViewOutLUNRemappedAfterCheck(t *testing.T) {
 func TestViewOutUnmapWaits(t *testing.T) {
 	f := newFixture(t, LUConfig{ThinProvisioning: true})
 	ctx := testCtx(t)
-	cmd, res, _ := viewOutWrite(t, f.s, 1, 0, 128, TaskSimple, make(chanCompleter, 1))
-	if !res.FetchViews {
-		t.Fatalf("Submit: %+v", res)
-	}
+	cmd := mustPlace(t, f.s, 1, 0, 128)
 	// UNMAP blocks 8..15: parameter list header, one descriptor (LBA, count).
 	param := make([]byte, 24)
 	param[1], param[3] = 22, 16
