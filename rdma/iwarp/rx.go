@@ -31,6 +31,7 @@ type rxState struct {
 	// bounce receives payloads checked before they reach a shared sink
 	// (placeChecked).
 	bounce []byte
+	run    runState
 }
 
 func (r *rxState) init() {
@@ -304,6 +305,8 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 			return err
 		}
 	} else if n > 0 || e.length > 0 {
+		// extra and last are the bytes and end of the predicted
+		// segments placeRun placed with this one.
 		if h.STag != e.sinkSTag {
 			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTInvalidSTag, hl, "Read Response to STag %#x, sink STag %#x", h.STag, e.sinkSTag), n+pad)
 		}
@@ -318,10 +321,18 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 		if off != uint64(e.placed) || h.Last && e.placed+n != e.length {
 			return c.reject(c.violation(LayerDDP, DDPTaggedBuffer, DDPTBaseBounds, hl, "%d bytes at offset %d of the %d-byte sink, %d placed so far (last %v)", n, off, e.length, e.placed, h.Last), n+pad)
 		}
-		if err := c.placeSGL(e.sgl, int(off), n, pad); err != nil {
+		extra, last, ran, err := 0, false, false, error(nil)
+		if !h.Last {
+			extra, last, ran, err = c.placeRun(e, h, int(off), n, pad)
+		}
+		if !ran {
+			err = c.placeSGL(e.sgl, int(off), n, pad)
+		}
+		if err != nil {
 			return err
 		}
-		e.placed += n
+		e.placed += n + extra
+		h.Last = h.Last || last
 	} else if err := c.place(nil, pad); err != nil {
 		return err
 	}
@@ -406,22 +417,8 @@ func (c *conn) placeSGL(sgl []rdma.SGE, off, n, pad int) error {
 	if c.crc && slices.ContainsFunc(sgl, func(s rdma.SGE) bool { return isLocalRegion(s.MR) }) {
 		return c.placeChecked(sgl, off, n, pad)
 	}
-	pieces, o, left := c.rx.pieces[:0], off, n
-	for _, s := range sgl {
-		if left == 0 || len(pieces) == rxMaxPieces {
-			break
-		}
-		b := s.Bytes()
-		if o >= len(b) {
-			o -= len(b)
-			continue
-		}
-		k := min(left, len(b)-o)
-		pieces = append(pieces, b[o:o+k])
-		left -= k
-		o = 0
-	}
-	if left == 0 && len(pieces) > 1 {
+	pieces, all := appendSink(c.rx.pieces[:0], sgl, off, n, rxMaxPieces)
+	if all && len(pieces) > 1 {
 		defer clear(c.rx.pieces[:len(pieces)])
 		work := c.rx.work[:len(pieces)]
 		copy(work, pieces)

@@ -21,6 +21,7 @@ type rxReader struct {
 	rd   io.Reader
 	rc   syscall.RawConn // nil when rd is not a TCP socket: plain reads
 	buf  []byte
+	base []byte // the buffer made at start; buf is larger only while it holds bytes given back by load
 	r, w int // buf[r:w] is buffered
 	err  error
 	// idle, if set, runs before each read from the stream, when every
@@ -29,7 +30,7 @@ type rxReader struct {
 
 	// The readv call's vector, result and callback, kept here so that
 	// nothing is allocated per FPDU.
-	iov    [rxMaxPieces + 2]unix.Iovec
+	iov    [rxMaxIov]unix.Iovec
 	niov   int
 	got    int
 	errno  syscall.Errno
@@ -43,6 +44,10 @@ var rxReadv = true
 // in one readv(2) (with the trailer and the buffer: two more iovecs).
 const rxMaxPieces = 16
 
+// rxMaxIov is the most iovecs one readv(2) of the reader is given: a
+// Read Response and the segments predicted after it (placeRun).
+const rxMaxIov = 64
+
 // rxAhead is how many bytes of the stream after a payload of at least the
 // buffer's size readPayload gathers into the buffer: the next FPDU's MPA
 // length and untagged DDP header, so that in a stream of large FPDUs (Read
@@ -52,6 +57,7 @@ const rxAhead = mpaLenSize + ddpUntaggedHdrLen
 
 func newRxReader(rd io.Reader, size int) *rxReader {
 	b := &rxReader{rd: rd, buf: make([]byte, size)}
+	b.base = b.buf
 	if tc, ok := rd.(*net.TCPConn); ok && rxReadv {
 		if rc, err := tc.SyscallConn(); err == nil {
 			b.rc = rc
@@ -125,10 +131,70 @@ func (b *rxReader) readErr() error {
 	return err
 }
 
+// drained empties the buffer (all of it consumed) and returns to the
+// buffer made at start if load had replaced it with a larger one.
+func (b *rxReader) drained() {
+	b.r, b.w = 0, 0
+	b.buf = b.base
+}
+
+// load makes p the buffered bytes (the buffer must be empty): the stream
+// read ahead of an FPDU whose prediction failed (placeRun), to be parsed
+// again. A p larger than the buffer becomes the buffer until drained.
+func (b *rxReader) load(p []byte) {
+	if len(p) <= len(b.base) {
+		b.buf = b.base
+		copy(b.buf, p)
+	} else {
+		b.buf = p
+	}
+	b.r, b.w = 0, len(p)
+}
+
+// gatherTo reads the stream into layout, the concatenation of its slices,
+// from byte pos on, until at least need bytes of it are filled; each
+// readv(2) (at most rxMaxIov slices) offers the whole rest of the layout,
+// so bytes beyond need are taken as they are there, but never waited for.
+// It returns the new position. The buffer must be empty.
+func (b *rxReader) gatherTo(layout [][]byte, pos, need int) (int, error) {
+	for pos < need {
+		b.niov = 0
+		skip := pos
+		for _, s := range layout {
+			if skip >= len(s) {
+				skip -= len(s)
+				continue
+			}
+			if b.niov == len(b.iov) {
+				break
+			}
+			b.addIov(s[skip:])
+			skip = 0
+		}
+		err := b.rc.Read(b.readvF)
+		got := b.got
+		if err == nil && b.errno != 0 {
+			err = os.NewSyscallError("readv", b.errno)
+		}
+		clear(b.iov[:b.niov])
+		if err != nil {
+			return pos, err
+		}
+		if got == 0 {
+			return pos, io.ErrUnexpectedEOF
+		}
+		pos += got
+	}
+	return pos, nil
+}
+
 // fill reads once into the free end of the buffer (compacted first).
 func (b *rxReader) fill() {
 	if b.idle != nil {
 		b.idle()
+	}
+	if b.r == b.w && len(b.buf) != len(b.base) {
+		b.drained()
 	}
 	if b.r > 0 {
 		copy(b.buf, b.buf[b.r:b.w])
@@ -159,13 +225,13 @@ func (b *rxReader) Read(p []byte) (int, error) {
 		if b.err != nil {
 			return 0, b.readErr()
 		}
+		b.drained()
 		if len(p) >= len(b.buf) {
 			if b.idle != nil {
 				b.idle()
 			}
 			return b.readStream(p)
 		}
-		b.r, b.w = 0, 0
 		b.fill()
 		if b.r == b.w {
 			return 0, b.readErr()
@@ -235,7 +301,7 @@ func (b *rxReader) readPayloadV(dsts [][]byte, tr []byte) error {
 		return b.readErr()
 	}
 	// The buffer is empty here.
-	b.r, b.w = 0, 0
+	b.drained()
 	if b.idle != nil {
 		b.idle()
 	}
