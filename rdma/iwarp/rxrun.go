@@ -144,8 +144,8 @@ func (c *conn) placeRun(e *sqEntry, h *ddpHeader, off, n, pad int) (extra int, l
 		o += p
 		to += uint64(p)
 	}
-	defer clear(run.layout[:])
 	if segs == 0 {
+		clear(layout)
 		return 0, false, false, nil
 	}
 	// What the buffer holds belongs to the current segment.
@@ -161,6 +161,7 @@ func (c *conn) placeRun(e *sqEntry, h *ddpHeader, off, n, pad int) (extra int, l
 	b.drained()
 	ahead := pos
 	layout = append(layout, b.buf[:rxAhead])
+	defer clear(layout)
 	if b.idle != nil {
 		b.idle()
 	}
