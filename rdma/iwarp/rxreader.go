@@ -22,7 +22,7 @@ type rxReader struct {
 	rc   syscall.RawConn // nil when rd is not a TCP socket: plain reads
 	buf  []byte
 	base []byte // the buffer made at start; buf is larger only while it holds bytes given back by load
-	r, w int // buf[r:w] is buffered
+	r, w int    // buf[r:w] is buffered
 	err  error
 	// idle, if set, runs before each read from the stream, when every
 	// complete FPDU buffered has been handled (the completion hook).
