@@ -97,8 +97,9 @@ type Command struct {
 	// an ORDERED task waits for it), and a COMPARE AND WRITE or resize of
 	// the logical unit waits for it (a WRITE meanwhile places into a
 	// buffer instead, written when the data is there). If the
-	// fetch fails, the range holds a mix of old and new data, as after
-	// any failed WRITE (SBC-3 §4.18). Execute ignores ViewOut.
+	// fetch fails, the range is indeterminate, as after any failed WRITE
+	// (SBC-3 §4.18): a mix of old and new data, or whatever else the
+	// fabric's transfer put there. Execute ignores ViewOut.
 	ViewOut bool
 	// DataOutViews is where the core puts the slices to place data-out
 	// into (Result.DataOutWanted bytes in all, in order); the fabric may

@@ -279,7 +279,9 @@ func (b *rxReader) readPayloadV(dsts [][]byte, tr []byte) error {
 	for _, d := range dsts {
 		total += len(d)
 	}
-	large := total >= len(b.buf)
+	// Sizes compare with the buffer made at start: a larger one given by
+	// load is dropped once drained.
+	large := total >= len(b.base)
 	for len(dsts) > 0 && b.r < b.w {
 		n := copy(dsts[0], b.buf[b.r:b.w])
 		b.r += n
@@ -288,7 +290,7 @@ func (b *rxReader) readPayloadV(dsts [][]byte, tr []byte) error {
 			dsts = dsts[1:]
 		}
 	}
-	if total == 0 || b.rc == nil || total < len(b.buf)/4 {
+	if total == 0 || b.rc == nil || total < len(b.base)/4 {
 		for _, d := range dsts {
 			if _, err := io.ReadFull(b, d); err != nil {
 				return err

@@ -29,7 +29,12 @@ import (
 // written those bytes into the part of the sink this Read has yet to
 // fill: the Read's own response overwrites them before it completes, and a
 // sink's content is undefined until its Read completes (a Read that fails
-// leaves it undefined either way). Bytes past the FPDUs already known are
+// leaves it undefined either way). Where the sink is a RAM LUN's memory (a
+// WRITE placed there), a concurrent READ of the range may see those bytes
+// meanwhile, and a WRITE whose connection fails then may leave them: bytes
+// of the same initiator's own stream (its FPDU headers and IUs), never
+// another's, in a range a failed WRITE leaves indeterminate anyway. Bytes
+// past the FPDUs already known are
 // taken only as far as they are there: the reader never waits for a
 // prediction, so a peer that sends something else cannot stall it.
 const (
