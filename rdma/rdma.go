@@ -31,6 +31,15 @@ const (
 	AccessRemoteWrite
 	// AccessRemoteRead lets a peer RDMA READ from the region.
 	AccessRemoteRead
+	// AccessPlaceAhead, with AccessRemoteWrite, says the region is one
+	// transfer's at a time, which the peer fills with RDMA Writes from
+	// the transfer's start on: a provider that predicts the next segments
+	// of an RDMA Write (rdma/iwarp: several FPDUs per readv(2)) may place
+	// them straight into the region, and a wrong guess may leave bytes of
+	// the stream in the region past the Write's data, up to its end, where
+	// the peer has not written. It grants the peer nothing more; providers
+	// that do not predict ignore it.
+	AccessPlaceAhead
 )
 
 // String lists the rights, e.g. "local-write|remote-read".
@@ -50,6 +59,9 @@ func (a Access) String() string {
 	}
 	if a&AccessRemoteRead != 0 {
 		add("remote-read")
+	}
+	if a&AccessPlaceAhead != 0 {
+		add("place-ahead")
 	}
 	if s == "" {
 		return "none"

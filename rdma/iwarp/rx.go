@@ -226,6 +226,16 @@ func (c *conn) checkCRC(pieces [][]byte, pad int) error {
 // needing right; it returns the destination/source slice or the Terminate
 // (RFC 5041 §7.2 tagged buffer errors; rights are RDMAP's, RFC 5040 §7.2).
 func (c *conn) checkTagged(stag uint32, to uint64, n int, right rdma.Access, readReq bool, hl int) ([]byte, *termInfo) {
+	m, off, t := c.findTagged(stag, to, n, right, readReq, hl)
+	if t != nil {
+		return nil, t
+	}
+	return m.buf[off : off+n], nil
+}
+
+// findTagged is checkTagged returning the region and the access's offset
+// in it.
+func (c *conn) findTagged(stag uint32, to uint64, n int, right rdma.Access, readReq bool, hl int) (*memoryRegion, int, *termInfo) {
 	layer, typ := uint8(LayerDDP), uint8(DDPTaggedBuffer)
 	invalid, bounds := uint8(DDPTInvalidSTag), uint8(DDPTBaseBounds)
 	if readReq {
@@ -234,30 +244,36 @@ func (c *conn) checkTagged(stag uint32, to uint64, n int, right rdma.Access, rea
 	}
 	m := c.dev.lookup(stag)
 	if m == nil {
-		return nil, c.violation(layer, typ, invalid, hl, "STag %#x", stag)
+		return nil, 0, c.violation(layer, typ, invalid, hl, "STag %#x", stag)
 	}
 	if m.access&right == 0 {
-		return nil, c.violation(LayerRDMAP, RDMAPRemoteProtection, RDMAPAccessRights, hl, "STag %#x grants %v", stag, m.access)
+		return nil, 0, c.violation(LayerRDMAP, RDMAPRemoteProtection, RDMAPAccessRights, hl, "STag %#x grants %v", stag, m.access)
 	}
 	if to < m.addr || to-m.addr > uint64(len(m.buf)) || uint64(n) > uint64(len(m.buf))-(to-m.addr) {
-		return nil, c.violation(layer, typ, bounds, hl, "%d bytes at TO %#x outside STag %#x [%#x,+%d)", n, to, stag, m.addr, len(m.buf))
+		return nil, 0, c.violation(layer, typ, bounds, hl, "%d bytes at TO %#x outside STag %#x [%#x,+%d)", n, to, stag, m.addr, len(m.buf))
 	}
-	off := int(to - m.addr)
-	return m.buf[off : off+n], nil
+	return m, int(to - m.addr), nil
 }
 
 // rxWrite places an RDMA Write segment (RFC 5040 §5.1). A zero-length
 // segment names no memory and is accepted whatever its STag (ib_srpt sends
-// one with STag 0 after the handshake).
+// one with STag 0 after the handshake). Into a region registered with
+// rdma.AccessPlaceAhead, a segment that is not its message's last is read
+// with the segments predicted after it, up to the region's end (placeRun).
 func (c *conn) rxWrite(h *ddpHeader, hl, n, pad int) error {
 	if n == 0 {
 		return c.place(nil, pad)
 	}
-	dst, t := c.checkTagged(h.STag, h.TO, n, rdma.AccessRemoteWrite, false, hl)
+	m, off, t := c.findTagged(h.STag, h.TO, n, rdma.AccessRemoteWrite, false, hl)
 	if t != nil {
 		return c.reject(t, n+pad)
 	}
-	return c.place(dst, pad)
+	if !h.Last && m.access&rdma.AccessPlaceAhead != 0 {
+		if _, _, ran, err := c.placeRun(nil, m.buf, len(m.buf), h.TO, off, n, pad); ran {
+			return err
+		}
+	}
+	return c.place(m.buf[off:off+n], pad)
 }
 
 // rxReadResponse places an RDMA Read Response segment into the oldest
@@ -323,7 +339,7 @@ func (c *conn) rxReadResponse(h *ddpHeader, hl, n, pad int) error {
 		}
 		extra, last, ran, err := 0, false, false, error(nil)
 		if !h.Last {
-			extra, last, ran, err = c.placeRun(e, h, int(off), n, pad)
+			extra, last, ran, err = c.placeRun(e.sgl, nil, e.length, h.TO, int(off), n, pad)
 		}
 		if !ran {
 			err = c.placeSGL(e.sgl, int(off), n, pad)

@@ -94,17 +94,31 @@ func appendSink(dst [][]byte, sgl []rdma.SGE, off, n, max int) ([][]byte, bool) 
 	return dst, n == 0
 }
 
-// placeRun places the n-byte payload at sink offset off of a Read Response
-// segment of e that is not its last (header h, pad bytes of pad), with
-// the Read's following segments as predicted (see above). It returns the
-// payload bytes placed by predicted segments and whether the last of them
-// ended the Read. ok false: the segment does not qualify (CRCs on, a small
-// payload, a wrong guess too recently, the sink too fragmented) and
-// nothing was read.
-func (c *conn) placeRun(e *sqEntry, h *ddpHeader, off, n, pad int) (extra int, last, ok bool, err error) {
+// appendTo is appendSink for a sink that is either the scatter list sgl
+// or, with sgl nil, the contiguous region.
+func appendTo(dst [][]byte, sgl []rdma.SGE, region []byte, off, n, max int) ([][]byte, bool) {
+	if sgl != nil {
+		return appendSink(dst, sgl, off, n, max)
+	}
+	if len(dst) >= max {
+		return dst, false
+	}
+	return append(dst, region[off:off+n]), true
+}
+
+// placeRun places the n-byte payload at offset off of a sink of length
+// bytes, the segment (its TO to, pad bytes of pad) not being its
+// message's last, with the message's following segments as predicted (see
+// above): a Read Response into a Read's scatter list sgl, or an RDMA Write
+// into region (sgl nil), whose end the message is predicted to reach. It
+// returns the payload bytes placed by predicted segments and whether the
+// last of them carried L. ok false: the segment does not qualify (CRCs
+// on, a small payload, a wrong guess too recently, the sink too
+// fragmented) and nothing was read.
+func (c *conn) placeRun(sgl []rdma.SGE, region []byte, length int, to uint64, off, n, pad int) (extra int, last, ok bool, err error) {
 	rx, b := &c.rx, c.br
 	run := &rx.run
-	if c.crc || b.rc == nil || b.err != nil || n < runMinPayload || off+n >= e.length ||
+	if c.crc || b.rc == nil || b.err != nil || n < runMinPayload || off+n >= length ||
 		b.w-b.r >= n+pad+crcSize {
 		return 0, false, false, nil
 	}
@@ -114,7 +128,7 @@ func (c *conn) placeRun(e *sqEntry, h *ddpHeader, off, n, pad int) (extra int, l
 	}
 	// The current segment, then the predicted ones, leaving room for the
 	// look-ahead into the buffer.
-	layout, fits := appendSink(run.layout[:0], e.sgl, off, n, rxMaxPieces)
+	layout, fits := appendTo(run.layout[:0], sgl, region, off, n, rxMaxPieces)
 	if !fits {
 		clear(layout)
 		return 0, false, false, nil
@@ -123,19 +137,19 @@ func (c *conn) placeRun(e *sqEntry, h *ddpHeader, off, n, pad int) (extra int, l
 	need := n + pad + crcSize
 	pos := need
 	segs := 0
-	for o, to := off+n, h.TO+uint64(n); segs < runMaxSegs && o < e.length; segs++ {
+	for o, to := off+n, to+uint64(n); segs < runMaxSegs && o < length; segs++ {
 		s := &run.seg[segs]
-		p := min(n, e.length-o)
+		p := min(n, length-o)
 		l := len(layout)
 		layout = append(layout, s.hdr[:])
-		if layout, fits = appendSink(layout, e.sgl, o, p, rxMaxIov-2); !fits {
+		if layout, fits = appendTo(layout, sgl, region, o, p, rxMaxIov-2); !fits {
 			clear(layout[l:])
 			layout = layout[:l]
 			break
 		}
 		pd := padLen(ddpTaggedHdrLen + p)
 		layout = append(layout, s.tr[:pd+crcSize])
-		s.n, s.last = p, o+p == e.length
+		s.n, s.last = p, o+p == length
 		copy(s.want[:], rx.hdr[:len(s.want)])
 		binary.BigEndian.PutUint16(s.want[0:], uint16(ddpTaggedHdrLen+p))
 		s.want[mpaLenSize] &^= ddpFlagLast

@@ -221,3 +221,92 @@ func TestReadResponseRunViolation(t *testing.T) {
 		t.Fatalf("completion %+v, want Read 3 failed", wc)
 	}
 }
+
+// TestRDMAWriteRuns: RDMA Write segments into a region registered with
+// rdma.AccessPlaceAhead are read several per readv(2) (placeRun) and land
+// exactly as sent, for a message that fills the region and for one that
+// ends short of it (the prediction then fails at its last segment and the
+// stream is parsed again from there); a region without the flag is never
+// predicted into, and the bytes past a short message stay as they were.
+// A Send after the Writes tells the test they are placed (FPDUs are
+// processed in order).
+func TestRDMAWriteRuns(t *testing.T) {
+	const mul = 65472
+	for _, c := range []struct {
+		name      string
+		ahead     bool
+		region    int
+		segs      []int
+		split     string
+		wantHits  bool
+		wantMiss  bool
+		untouched bool // the region past the message keeps its bytes
+	}{
+		{"fills-region", true, 300000, []int{mul, mul, mul, mul, 300000 - 4*mul}, "whole", true, false, false},
+		{"fills-region-dribbled", true, 300000, []int{mul, mul, mul, mul, 300000 - 4*mul}, "dribble", false, false, false},
+		{"short-of-region", true, 400000, []int{mul, mul, mul, 50000}, "whole", true, true, false},
+		{"no-flag", false, 400000, []int{mul, mul, mul, 50000}, "whole", false, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := newFakePeer(t, Config{}, rdma.QPConfig{SendDepth: 8, RecvDepth: 4, MaxSGE: 8, IRD: 4, ORD: 4}, 0)
+			acc := rdma.AccessLocalWrite | rdma.AccessRemoteWrite
+			if c.ahead {
+				acc |= rdma.AccessPlaceAhead
+			}
+			mem := bytes.Repeat([]byte{0x77}, c.region)
+			mr, err := p.dev.Register(mem, acc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rb, _ := p.dev.Register(make([]byte, 8), rdma.AccessLocalWrite)
+			if err := p.server.PostRecv(rdma.RecvWR{ID: 5, Local: rdma.SGE{MR: rb, Length: 8}}); err != nil {
+				t.Fatal(err)
+			}
+			total := 0
+			for _, n := range c.segs {
+				total += n
+			}
+			want := make([]byte, total)
+			for i := range want {
+				want[i] = byte(i*11 + i>>9)
+			}
+			var stream []byte
+			var cuts []int
+			off := 0
+			for i, n := range c.segs {
+				c0 := byte(0x81)
+				if i == len(c.segs)-1 {
+					c0 = 0xc1
+				}
+				cuts = append(cuts, len(stream))
+				stream = append(stream, fpduBytes(tagged(c0, 0x40, mr.RKey(), mr.Addr()+uint64(off), want[off:off+n]), false)...)
+				off += n
+			}
+			cuts = append(cuts, len(stream))
+			stream = append(stream, fpduBytes(untagged(0x41, 0x43, 0, 0, 1, 0, []byte("done")), false)...)
+			writeSplit(t, p, stream, cuts, c.split)
+			if wc := pollOne(t, p.server); wc.ID != 5 || wc.Status != rdma.StatusSuccess || string(rb.Bytes()[:4]) != "done" {
+				t.Fatalf("completion %+v", wc)
+			}
+			if !bytes.Equal(mem[:total], want) {
+				t.Fatal("the region does not hold the RDMA Writes' payload")
+			}
+			if c.untouched && !bytes.Equal(mem[total:], bytes.Repeat([]byte{0x77}, c.region-total)) {
+				t.Fatal("bytes past the message changed in a region without AccessPlaceAhead")
+			}
+			if err := p.server.Err(); err != nil {
+				t.Fatal(err)
+			}
+			run := &p.server.(*conn).rx.run
+			if c.wantHits && run.hits == 0 {
+				t.Error("no segment was placed by prediction")
+			}
+			if !c.ahead && run.hits+run.misses != 0 {
+				t.Errorf("%d hits, %d misses in a region without AccessPlaceAhead", run.hits, run.misses)
+			}
+			if c.wantMiss && run.misses == 0 {
+				t.Error("no wrong prediction was seen")
+			}
+		})
+	}
+}

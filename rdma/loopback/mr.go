@@ -32,7 +32,7 @@ var _ rdma.MemoryRegion = (*memoryRegion)(nil)
 // are unique within the device: LKey is n<<8|0x4c and RKey n<<8|0x52 for the
 // n-th region, so no LKey ever equals an RKey.
 func (d *Device) Register(buf []byte, access rdma.Access) (rdma.MemoryRegion, error) {
-	const all = rdma.AccessLocalWrite | rdma.AccessRemoteWrite | rdma.AccessRemoteRead
+	const all = rdma.AccessLocalWrite | rdma.AccessRemoteWrite | rdma.AccessRemoteRead | rdma.AccessPlaceAhead
 	if access&^all != 0 {
 		return nil, errors.New("loopback: register: unknown access bits")
 	}

@@ -442,6 +442,12 @@ func (ch *channel) tmf(ctx context.Context, fn srp.TMF, lun, taskTag uint64) (ui
 // rights are those of one direction only: remote write for data-in buffers,
 // remote read for data-out buffers. A Buffer belongs to the device, so it
 // stays valid across reconnects.
+//
+// A data-in Buffer is one command's at a time (rdma.AccessPlaceAhead):
+// while a command reads into it, the provider may also write the bytes
+// past the command's range, to the Buffer's end, with bytes of the
+// target's stream (iWARP reads the target's RDMA Write segments several at
+// a time, guessing where they go).
 type Buffer struct {
 	mr     rdma.MemoryRegion
 	dataIn bool
@@ -452,7 +458,7 @@ type Buffer struct {
 func (s *Session) NewBuffer(size int, dataIn bool) (*Buffer, error) {
 	acc := rdma.AccessRemoteRead
 	if dataIn {
-		acc = rdma.AccessLocalWrite | rdma.AccessRemoteWrite
+		acc = rdma.AccessLocalWrite | rdma.AccessRemoteWrite | rdma.AccessPlaceAhead
 	}
 	mr, err := s.dev.Register(make([]byte, size), acc)
 	if err != nil {

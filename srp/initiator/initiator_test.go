@@ -780,7 +780,7 @@ func TestRegisteredBuffers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Release()
-	if out.mr.Access() != rdma.AccessRemoteRead || in.mr.Access() != rdma.AccessLocalWrite|rdma.AccessRemoteWrite {
+	if out.mr.Access() != rdma.AccessRemoteRead || in.mr.Access() != rdma.AccessLocalWrite|rdma.AccessRemoteWrite|rdma.AccessPlaceAhead {
 		t.Errorf("rights: data-out %v, data-in %v", out.mr.Access(), in.mr.Access())
 	}
 	rand.Read(out.Bytes())
