@@ -3,6 +3,7 @@ package backstore
 import (
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // RAMChunkSize is the allocation unit of a RAM backstore in bytes. Chunks
@@ -142,13 +143,23 @@ func (r *RAM) View(views [][]byte, off, length int64) ([][]byte, error) {
 func (r *RAM) WriteView(views [][]byte, off, length int64) ([][]byte, error) {
 	err := r.walk(off, length, true, func(ci int64, c *ramChunk, co, m, _ int64) {
 		if c == nil {
-			c = new(ramChunk)
+			c = newRAMChunk()
 			r.chunks[ci].Store(c)
 		}
 		views = append(views, c.data[co:co+m:co+m])
 		c.markWritten(co, m)
 	})
 	return views, err
+}
+
+// newRAMChunk allocates a zeroed chunk, its memory advised to be backed
+// by transparent huge pages (adviseHugePages). Freed chunks are left to
+// the garbage collector as before: views of them (View, WriteView) keep
+// them alive.
+func newRAMChunk() *ramChunk {
+	c := new(ramChunk)
+	adviseHugePages(uintptr(unsafe.Pointer(&c.data[0])), len(c.data))
+	return c
 }
 
 // markWritten marks the pages of [co, co+m) as written. The chunk's stripe
@@ -163,7 +174,7 @@ func (c *ramChunk) markWritten(co, m int64) {
 func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
 	err := r.walk(off, int64(len(p)), true, func(ci int64, c *ramChunk, co, m, done int64) {
 		if c == nil {
-			c = new(ramChunk)
+			c = newRAMChunk()
 			r.chunks[ci].Store(c)
 		}
 		copy(c.data[co:co+m], p[done:])
