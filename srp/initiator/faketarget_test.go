@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/rdma/loopback"
@@ -392,8 +393,29 @@ func (fc *fakeConn) command(c *srp.Cmd) *srp.Rsp {
 	return rsp
 }
 
-// sendToAll sends iu on every connection (CRED_REQ, AER_REQ tests).
-func (ft *fakeTarget) sendToAll(iu srp.IU) {
+// waitConn waits until the target holds at least one channel: Dial
+// returns once the login response is in, which can be before the target's
+// serving side has recorded the channel.
+func (ft *fakeTarget) waitConn(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ft.mu.Lock()
+		n := len(ft.conns)
+		ft.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fake target recorded no channel")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// sendToAll sends iu on every channel the target holds (CRED_REQ, AER_REQ
+// tests) and returns how many that is.
+func (ft *fakeTarget) sendToAll(iu srp.IU) int {
 	ft.mu.Lock()
 	cs := append([]rdma.Conn(nil), ft.conns...)
 	ft.mu.Unlock()
@@ -404,4 +426,5 @@ func (ft *fakeTarget) sendToAll(iu srp.IU) {
 		// Unsignaled: the serving goroutine owns the completions.
 		fc.conn.PostSend(rdma.SendWR{ID: 1 << 40, Op: rdma.OpSend, Local: []rdma.SGE{{MR: mr, Length: len(b)}}})
 	}
+	return len(cs)
 }

@@ -319,12 +319,19 @@ func TestConcurrentIOAndCredits(t *testing.T) {
 func TestCredReqAndAER(t *testing.T) {
 	ft, s := setup(t, nil)
 	ctx := testCtx(t)
-	ft.sendToAll(&srp.CredReq{ReqLimDelta: 3, Tag: 0xfeed})
+	// Every channel the target has at the time gets each request and
+	// must answer it (the session's other channels may still be logging
+	// in: how many there are varies).
+	ft.waitConn(t)
+	nCred := ft.sendToAll(&srp.CredReq{ReqLimDelta: 3, Tag: 0xfeed})
 	sense := checkCondition(6, 0x2a, 0x09)
-	ft.sendToAll(&srp.AerReq{ReqLimDelta: 0, Tag: 0xbeef, LUN: LUN(0), Sense: sense})
+	nAER := ft.sendToAll(&srp.AerReq{ReqLimDelta: 0, Tag: 0xbeef, LUN: LUN(0), Sense: sense})
+	if nCred == 0 || nAER == 0 {
+		t.Fatalf("requests sent on %d and %d channels", nCred, nAER)
+	}
 	for {
 		ft.mu.Lock()
-		done := len(ft.credRsps) == 1 && len(ft.aerRsps) == 1
+		done := len(ft.credRsps) >= nCred && len(ft.aerRsps) >= nAER
 		ft.mu.Unlock()
 		if done {
 			break
@@ -336,8 +343,18 @@ func TestCredReqAndAER(t *testing.T) {
 		}
 	}
 	ft.mu.Lock()
-	if ft.credRsps[0] != 0xfeed || ft.aerRsps[0] != 0xbeef {
-		t.Errorf("tags %x %x", ft.credRsps, ft.aerRsps)
+	for _, tag := range ft.credRsps {
+		if tag != 0xfeed {
+			t.Errorf("CRED_RSP tags %x, want feed", ft.credRsps)
+		}
+	}
+	for _, tag := range ft.aerRsps {
+		if tag != 0xbeef {
+			t.Errorf("AER_RSP tags %x, want beef", ft.aerRsps)
+		}
+	}
+	if len(ft.credRsps) != nCred || len(ft.aerRsps) != nAER {
+		t.Errorf("%d CRED_RSPs and %d AER_RSPs for requests on %d and %d channels", len(ft.credRsps), len(ft.aerRsps), nCred, nAER)
 	}
 	ft.mu.Unlock()
 	s.chans[0].mu.Lock()
