@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -153,6 +154,14 @@ func newBenchCmd() *cobra.Command {
 				bsz := int(capy.BlockSize)
 				if bs%bsz != 0 || bs == 0 {
 					return fmt.Errorf("--bs %d is not a multiple of the %d-byte block", bs, bsz)
+				}
+				// Block limits (SBC-3 §6.6.4): a transfer above MAXIMUM
+				// TRANSFER LENGTH (bytes 8-11, blocks; 0: none stated)
+				// fails every command with INVALID FIELD IN CDB.
+				if b, err := s.Inquiry(ctx, s.lun, true, 0xb0, 64); err == nil && len(b) >= 12 {
+					if mt := binary.BigEndian.Uint32(b[8:]); mt > 0 && uint64(bs/bsz) > uint64(mt) {
+						return fmt.Errorf("--bs %d: above the LUN's maximum transfer length of %d blocks (%d bytes, VPD page B0h)", bs, mt, uint64(mt)*uint64(bsz))
+					}
 				}
 				region := int64(capy.Bytes())
 				if sizeStr != "" {

@@ -115,3 +115,28 @@ func TestBenchSizeArguments(t *testing.T) {
 		t.Errorf("bench --bs 1e99: %v, want %q", err, want)
 	}
 }
+
+// TestBenchRefusesAboveMaxTransfer: a --bs above the LUN's MAXIMUM
+// TRANSFER LENGTH (VPD page B0h; srptd's default is 8 MiB) is refused
+// before any I/O, naming the limit, instead of every command failing with
+// INVALID FIELD IN CDB; a --bs at the limit runs.
+func TestBenchRefusesAboveMaxTransfer(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, _ := startSrptd(t, ctx)
+	run := func(bs string) (string, error) {
+		c := newBenchCmd()
+		var out bytes.Buffer
+		c.SetOut(&out)
+		c.SetErr(&out)
+		c.SetArgs([]string{info[0] + ",max_sect=65535", "--bs", bs, "--qd", "1", "--runtime", "300ms", "--rw", "read"})
+		err := c.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	out, err := run("16m")
+	if err == nil || !strings.Contains(err.Error(), "above the LUN's maximum transfer length") || !strings.Contains(err.Error(), "(8388608 bytes, VPD page B0h)") {
+		t.Fatalf("--bs 16m: %v\n%s", err, out)
+	}
+	if out, err := run("8m"); err != nil || !strings.Contains(out, "errors=0") {
+		t.Fatalf("--bs 8m: %v\n%s", err, out)
+	}
+}
