@@ -92,15 +92,24 @@ func (b *rxReader) readStream(p []byte) (int, error) {
 		return b.rd.Read(p)
 	}
 	b.setIov(p)
+	n, err := b.readIov()
+	if err == nil && n == 0 {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// readIov makes one readv(2) of b.iov[:b.niov], waiting in Go's poller
+// for input, and clears the vector: the bytes read (0 at end of stream)
+// or the error.
+func (b *rxReader) readIov() (int, error) {
 	err := b.rc.Read(b.readvF)
-	clear(b.iov[:])
-	switch {
-	case err != nil:
+	if err == nil && b.errno != 0 {
+		err = os.NewSyscallError("readv", b.errno)
+	}
+	clear(b.iov[:b.niov])
+	if err != nil {
 		return 0, err
-	case b.errno != 0:
-		return 0, os.NewSyscallError("readv", b.errno)
-	case b.got == 0:
-		return 0, io.EOF
 	}
 	return b.got, nil
 }
@@ -171,12 +180,7 @@ func (b *rxReader) gatherTo(layout [][]byte, pos, need int) (int, error) {
 			b.addIov(s[skip:])
 			skip = 0
 		}
-		err := b.rc.Read(b.readvF)
-		got := b.got
-		if err == nil && b.errno != 0 {
-			err = os.NewSyscallError("readv", b.errno)
-		}
-		clear(b.iov[:b.niov])
+		got, err := b.readIov()
 		if err != nil {
 			return pos, err
 		}
@@ -315,12 +319,7 @@ func (b *rxReader) readPayloadV(dsts [][]byte, tr []byte) error {
 		b.niov = 0
 		b.addIov(dsts...)
 		b.addIov(tr, b.buf[b.w:end])
-		err := b.rc.Read(b.readvF)
-		got := b.got
-		if err == nil && b.errno != 0 {
-			err = os.NewSyscallError("readv", b.errno)
-		}
-		clear(b.iov[:b.niov])
+		got, err := b.readIov()
 		if err != nil {
 			return err
 		}
