@@ -32,15 +32,17 @@ type benchResult struct {
 	Channels   int     `json:"channels"`
 	Procs      int     `json:"procs"`
 	Runtime    float64 `json:"runtime_s"`
-	IOs        int64   `json:"ios"`
-	Errors     int64   `json:"errors"`
-	IOPS       float64 `json:"iops"`
-	MiBps      float64 `json:"mib_per_s"`
-	LatMeanUs  float64 `json:"lat_mean_us"`
-	LatP50Us   float64 `json:"lat_p50_us"`
-	LatP99Us   float64 `json:"lat_p99_us"`
-	LatP999Us  float64 `json:"lat_p99_9_us"`
-	LatMaxUs   float64 `json:"lat_max_us"`
+	// IOs counts the I/Os that completed with GOOD status; Errors the
+	// ones that failed (not included in IOs, IOPS, MiBps or the latencies).
+	IOs       int64   `json:"ios"`
+	Errors    int64   `json:"errors"`
+	IOPS      float64 `json:"iops"`      // completed I/Os per second
+	MiBps     float64 `json:"mib_per_s"` // MiB per second of completed I/Os
+	LatMeanUs float64 `json:"lat_mean_us"`
+	LatP50Us  float64 `json:"lat_p50_us"`
+	LatP99Us  float64 `json:"lat_p99_us"`
+	LatP999Us float64 `json:"lat_p99_9_us"`
+	LatMaxUs  float64 `json:"lat_max_us"`
 }
 
 // maxBenchBuffers bounds the data buffers bench allocates, bytes: two of
@@ -194,7 +196,7 @@ func newBenchCmd() *cobra.Command {
 				}
 				res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua, registerEach)
 				if fatal != nil {
-					return fmt.Errorf("bench stopped after %d I/Os: %w", res.IOs, fatal)
+					return fmt.Errorf("bench stopped after %d completed and %d failed I/Os: %w", res.IOs, res.Errors, fatal)
 				}
 				res.Channels, res.Procs = s.Options().ChCount, goruntime.GOMAXPROCS(0)
 				res.Job = fmt.Sprintf("%s-%s", rw, strings.ToLower(bsStr))
@@ -205,10 +207,11 @@ func newBenchCmd() *cobra.Command {
 					return enc.Encode(res)
 				}
 				fmt.Fprintf(w, "%s: bs=%d iodepth=%d channels=%d procs=%d runtime=%.1fs\n", res.Job, bs, qd, res.Channels, res.Procs, res.Runtime)
-				fmt.Fprintf(w, "  IOPS=%.0f, BW=%.1f MiB/s, ios=%d, errors=%d\n", res.IOPS, res.MiBps, res.IOs, res.Errors)
+				// IOPS, bandwidth and latencies are of the completed I/Os.
+				fmt.Fprintf(w, "  I/Os: completed=%d failed=%d; IOPS=%.0f, BW=%.1f MiB/s (completed I/Os)\n", res.IOs, res.Errors, res.IOPS, res.MiBps)
 				fmt.Fprintf(w, "  lat (us): mean=%.1f p50=%.1f p99=%.1f p99.9=%.1f max=%.1f\n", res.LatMeanUs, res.LatP50Us, res.LatP99Us, res.LatP999Us, res.LatMaxUs)
 				if res.Errors > 0 {
-					return fmt.Errorf("%d I/O errors", res.Errors)
+					return fmt.Errorf("%d of %d I/Os failed", res.Errors, res.IOs+res.Errors)
 				}
 				return nil
 			}
@@ -230,7 +233,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS; default: the smallest of --qd, the channel count and the CPU count)")
 	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")
 	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long to run")
-	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON (ios: completed I/Os, errors: failed I/Os)")
 	f.BoolVar(&fua, "fua", false, "set FUA on writes")
 	f.BoolVar(&registerEach, "register-each", false, "register each command's memory instead of reusing registered buffers")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,7 +139,54 @@ func TestBenchRefusesAboveMaxTransfer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "above the LUN's maximum transfer length") || !strings.Contains(err.Error(), "(8388608 bytes, VPD page B0h)") {
 		t.Fatalf("--bs 16m: %v\n%s", err, out)
 	}
-	if out, err := run("8m"); err != nil || !strings.Contains(out, "errors=0") {
+	if out, err := run("8m"); err != nil || !strings.Contains(out, " failed=0;") {
 		t.Fatalf("--bs 8m: %v\n%s", err, out)
+	}
+}
+
+// TestBenchSummaryCompletedAndFailed: a run in which some I/Os fail (the
+// writes of randrw on a read-only LUN get DATA PROTECT) reports its
+// completed and its failed I/Os each under its own name, the failures
+// apart from the completions: IOPS is the completed I/Os per second, and
+// the run ends with an error counting the failures out of all I/Os.
+func TestBenchSummaryCompletedAndFailed(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, data := startSrptd(t, ctx)
+	sock := filepath.Join(data, "srptd.sock")
+	if out, err := srpctl(ctx, sock, "lun", "add", "--lun", "1", "--backstore", "ram", "--size", "16MiB", "--read-only"); err != nil {
+		t.Fatalf("lun add: %v %s", err, out)
+	}
+	c := newBenchCmd()
+	var out bytes.Buffer
+	c.SetOut(&out)
+	c.SetErr(io.Discard)
+	c.SetArgs([]string{info[0], "-l", "1", "--rw", "randrw", "--rwmixread", "50", "--qd", "2", "--runtime", "500ms"})
+	err := c.ExecuteContext(ctx)
+	m := regexp.MustCompile(`(?m)^  I/Os: completed=(\d+) failed=(\d+); IOPS=(\d+), `).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no completed/failed line in\n%s", out.String())
+	}
+	completed, _ := strconv.ParseInt(m[1], 10, 64)
+	failed, _ := strconv.ParseInt(m[2], 10, 64)
+	iops, _ := strconv.ParseFloat(m[3], 64)
+	if completed == 0 || failed == 0 {
+		t.Fatalf("completed %d, failed %d: want both (reads complete, writes fail)\n%s", completed, failed, out.String())
+	}
+	// The reads alone make the IOPS (about as many writes failed: the
+	// mix is drawn per I/O).
+	rt := regexp.MustCompile(` runtime=(\d+\.\d)s\n`).FindStringSubmatch(out.String())
+	if rt == nil {
+		t.Fatalf("no runtime in\n%s", out.String())
+	}
+	secs, _ := strconv.ParseFloat(rt[1], 64)
+	if got := iops * secs; got < 0.85*float64(completed) || got > 1.15*float64(completed) {
+		t.Errorf("IOPS %v over %v s is %v I/Os, want about the %d completed\n%s", iops, secs, got, completed, out.String())
+	}
+	if strings.Contains(out.String(), "ios=") || strings.Contains(out.String(), "errors=") {
+		t.Errorf("ambiguous ios=/errors= in\n%s", out.String())
+	}
+	want := fmt.Sprintf("%d of %d I/Os failed", failed, completed+failed)
+	if err == nil || err.Error() != want {
+		t.Errorf("bench: %v, want %q", err, want)
 	}
 }
