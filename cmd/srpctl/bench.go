@@ -49,6 +49,36 @@ type benchResult struct {
 // --bs per I/O in flight.
 const maxBenchBuffers = 1 << 30
 
+// maxBenchQDPerChannel is the most I/Os bench keeps in flight per RDMA
+// channel (--qd over the channel count). Each channel is logged in with a
+// queue_size for its share of --qd, and the initiator allocates a receive
+// buffer per IU of it; a target grants a channel far fewer credits
+// (req_lim: 128 for srptd's default rq_size and for Linux ib_srpt), so
+// 4096, 32 times that, leaves room for targets tuned beyond it.
+const maxBenchQDPerChannel = 4096
+
+// checkBenchQD refuses a --qd of more than maxBenchQDPerChannel I/Os per
+// channel, before login; nch is the channel count (ch_count).
+func checkBenchQD(qd, nch int) error {
+	if most := nch * maxBenchQDPerChannel; qd > most {
+		return fmt.Errorf("--qd %d: more than the %d I/Os bench keeps in flight over %d channel(s) (%d per channel; a target grants a channel 128 credits by default); lower --qd, or raise --channels", qd, most, nch, maxBenchQDPerChannel)
+	}
+	return nil
+}
+
+// checkCredits refuses a --qd of more than the commands the logged-in
+// session can have outstanding: can_queue (min(req_lim-1, queue_size-2),
+// from the target's SRP_LOGIN_RSP) on each of its channels. More I/Os
+// would only wait in srpctl for a credit, and the latencies measured would
+// include that wait.
+func checkCredits(qd int, s *initiator.Session) error {
+	li, nch := s.Info(), s.Options().ChCount
+	if most := li.CanQueue * nch; qd > most {
+		return fmt.Errorf("--qd %d: more than the %d commands the target lets this session have in flight (%d channel(s) x %d; its req_lim is %d per channel); lower --qd, or raise --channels", qd, most, nch, li.CanQueue, li.ReqLimDelta)
+	}
+	return nil
+}
+
 // parseSize parses a byte count: a non-negative integer with an optional
 // binary suffix k/kib, m/mib, g/gib, t/tib (any case) or b.
 func parseSize(arg string) (int64, error) {
@@ -135,8 +165,12 @@ func newBenchCmd() *cobra.Command {
 				return fmt.Errorf("--bs %d: above max_sect %d x 512 bytes; add max_sect=%d to TARGET", bs, maxSect, (bs+511)/512)
 			}
 			// Enough IUs per channel for the queue depth (can_queue is
-			// queue_size - 2); the target's req_lim may still cap it.
+			// queue_size - 2); the target's req_lim may still cap it
+			// (checkCredits, after login).
 			nch := max(o.ChCount, 1)
+			if err := checkBenchQD(qd, nch); err != nil {
+				return err
+			}
 			if need := (qd+nch-1)/nch + 2; o.QueueSize < need {
 				o.QueueSize = max(need, initiator.DefaultQueueSize)
 			}
@@ -149,6 +183,9 @@ func newBenchCmd() *cobra.Command {
 			}
 			goruntime.GOMAXPROCS(procs)
 			body := func(ctx context.Context, s *conn) error {
+				if err := checkCredits(qd, s.Session); err != nil {
+					return err
+				}
 				capy, err := s.ReadCapacity16(ctx, s.lun)
 				if err != nil {
 					return err
@@ -228,7 +265,7 @@ func newBenchCmd() *cobra.Command {
 	f.StringVar(&rw, "rw", "randread", "read, write, randread, randwrite, rw, randrw")
 	f.StringVar(&bsStr, "bs", "4k", "block size per I/O")
 	f.StringVar(&sizeStr, "size", "", "region of the LUN to use (default all)")
-	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth)")
+	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth): at most what the target's credits allow over the channels (req_lim - 1 per channel; 127 with srptd's defaults), and 4096 per channel")
 	f.IntVar(&channels, "channels", 0, "RDMA channels (overrides ch_count)")
 	f.IntVar(&procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS; default: the smallest of --qd, the channel count and the CPU count)")
 	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")

@@ -190,3 +190,44 @@ func TestBenchSummaryCompletedAndFailed(t *testing.T) {
 		t.Errorf("bench: %v, want %q", err, want)
 	}
 }
+
+// TestBenchQueueDepthBound: a queue depth no channel count could carry is
+// refused before login (the target string names no listener), naming the
+// per-channel limit; one above the credits the target grants (srptd's
+// default req_lim of 128: 127 commands per channel) is refused after
+// login, before any I/O, naming that limit; one within them runs.
+func TestBenchQueueDepthBound(t *testing.T) {
+	ctx := adminTestCtx(t)
+	bench := func(args ...string) (string, error) {
+		c := newBenchCmd()
+		var out bytes.Buffer
+		c.SetOut(&out)
+		c.SetErr(&out)
+		c.SetArgs(args)
+		err := c.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	start := time.Now()
+	_, err := bench("id_ext=1,ioc_guid=1,dest=127.0.0.1:1,ch_count=4", "--qd", "100000", "--runtime", "2s")
+	want := "--qd 100000: more than the 16384 I/Os bench keeps in flight over 4 channel(s) (4096 per channel; a target grants a channel 128 credits by default); lower --qd, or raise --channels"
+	if err == nil || err.Error() != want {
+		t.Errorf("--qd 100000: %v, want %q", err, want)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refusing --qd 100000 took %v", d)
+	}
+
+	info, _ := startSrptd(t, ctx)
+	one := info[0] + ",ch_count=1"
+	out, err := bench(one, "--qd", "200", "--runtime", "300ms")
+	want = "--qd 200: more than the 127 commands the target lets this session have in flight (1 channel(s) x 127; its req_lim is 128 per channel); lower --qd, or raise --channels"
+	if err == nil || err.Error() != want {
+		t.Errorf("--qd 200 on one channel: %v, want %q\n%s", err, want, out)
+	}
+	if strings.Contains(out, "IOPS") {
+		t.Errorf("--qd 200 ran I/O:\n%s", out)
+	}
+	if out, err := bench(one, "--qd", "127", "--runtime", "300ms", "--size", "1m"); err != nil || !strings.Contains(out, "iodepth=127 channels=1") {
+		t.Errorf("--qd 127 on one channel: %v\n%s", err, out)
+	}
+}

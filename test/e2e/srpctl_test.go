@@ -148,6 +148,7 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"bench", tgt, "--bs", "1m"}, "max_sect=2048"},
 		{[]string{"bench", tgt + ",max_sect=100", "--bs", "51712"}, "max_sect 100 x 512 bytes; add max_sect=101"},
 		{[]string{"bench", tgt, "--qd", "0"}, "--qd"},
+		{[]string{"bench", tgt, "--qd", "100000"}, "--qd 100000: more than the"},
 		{[]string{"bench", tgt, "--runtime", "0s"}, "--runtime"},
 		{[]string{"bench", tgt, "--rwmixread", "101"}, "--rwmixread"},
 		{[]string{"bench", tgt, "--verify-only"}, "give its --verify-seed"},
