@@ -156,7 +156,11 @@ func newBenchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if channels > 0 {
+			if cmd.Flags().Changed("channels") {
+				// initiator.Options: ch_count 1..255.
+				if channels < 1 || channels > 255 {
+					return fmt.Errorf("--channels %d: 1 to 255 RDMA channels", channels)
+				}
 				o.ChCount = channels
 			}
 			// One SRP_CMD per I/O: a transfer over max_sect would fail every
@@ -208,7 +212,10 @@ func newBenchCmd() *cobra.Command {
 					if err != nil {
 						return fmt.Errorf("--size: %w", err)
 					}
-					region = min(region, sz)
+					if sz > region {
+						return fmt.Errorf("--size %s (%d bytes): larger than LUN %d's capacity of %d bytes (%d blocks of %d bytes, READ CAPACITY)", sizeStr, sz, tf.lun, region, capy.Blocks(), bsz)
+					}
+					region = sz
 				}
 				nblk := uint64(region) / uint64(bs) // bs-sized slots
 				if nblk == 0 {
@@ -264,9 +271,9 @@ func newBenchCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&rw, "rw", "randread", "read, write, randread, randwrite, rw, randrw")
 	f.StringVar(&bsStr, "bs", "4k", "block size per I/O")
-	f.StringVar(&sizeStr, "size", "", "region of the LUN to use (default all)")
+	f.StringVar(&sizeStr, "size", "", "region of the LUN to use, from LBA 0, at most its capacity (default all)")
 	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth): at most what the target's credits allow over the channels (req_lim - 1 per channel; 127 with srptd's defaults), and 4096 per channel")
-	f.IntVar(&channels, "channels", 0, "RDMA channels (overrides ch_count)")
+	f.IntVar(&channels, "channels", 0, "RDMA channels, 1..255 (overrides ch_count; default: TARGET's ch_count, else min(4, CPUs))")
 	f.IntVar(&procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS; default: the smallest of --qd, the channel count and the CPU count)")
 	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")
 	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long to run")

@@ -231,3 +231,39 @@ func TestBenchQueueDepthBound(t *testing.T) {
 		t.Errorf("--qd 127 on one channel: %v\n%s", err, out)
 	}
 }
+
+// TestBenchRefusesSizeAndChannels: --channels 0 (or past ch_count's 255)
+// is refused before login, naming the range; a --size beyond the LUN is
+// refused before any I/O, naming the capacity READ CAPACITY reported,
+// while a --size of the whole LUN runs.
+func TestBenchRefusesSizeAndChannels(t *testing.T) {
+	ctx := adminTestCtx(t)
+	bench := func(args ...string) (string, error) {
+		c := newBenchCmd()
+		var out bytes.Buffer
+		c.SetOut(&out)
+		c.SetErr(&out)
+		c.SetArgs(args)
+		err := c.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	for _, n := range []string{"0", "-1", "256"} {
+		_, err := bench("id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--channels", n)
+		if want := "--channels " + n + ": 1 to 255 RDMA channels"; err == nil || err.Error() != want {
+			t.Errorf("--channels %s: %v, want %q", n, err, want)
+		}
+	}
+
+	info, data := startSrptd(t, ctx)
+	if out, err := srpctl(ctx, filepath.Join(data, "srptd.sock"), "lun", "add", "--lun", "1", "--backstore", "ram", "--size", "16MiB"); err != nil {
+		t.Fatalf("lun add: %v %s", err, out)
+	}
+	out, err := bench(info[0], "-l", "1", "--size", "32m", "--runtime", "300ms")
+	want := "--size 32m (33554432 bytes): larger than LUN 1's capacity of 16777216 bytes (32768 blocks of 512 bytes, READ CAPACITY)"
+	if err == nil || err.Error() != want {
+		t.Errorf("--size 32m of a 16 MiB LUN: %v, want %q\n%s", err, want, out)
+	}
+	if out, err := bench(info[0], "-l", "1", "--size", "16m", "--runtime", "300ms", "--channels", "1"); err != nil || !strings.Contains(out, " failed=0;") || !strings.Contains(out, "channels=1 ") {
+		t.Errorf("--size 16m --channels 1 of a 16 MiB LUN: %v\n%s", err, out)
+	}
+}

@@ -111,7 +111,7 @@ type benchJSON struct {
 // TestSrpctlArgumentCounts: every initiator command checks its positional
 // arguments and flags before connecting (tmf abort is refused, naming why; attach a
 // directory to mount on; bench's
-// --bs must fit max_sect, --qd, --runtime and --rwmixread must make sense);
+// --bs must fit max_sect, --qd, --channels, --runtime and --rwmixread must make sense);
 // a bad one is a usage error (exit status 1 with a message), never a crash
 // (Go's exit status 2) or a run that does nothing.
 func TestSrpctlArgumentCounts(t *testing.T) {
@@ -149,6 +149,7 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"bench", tgt + ",max_sect=100", "--bs", "51712"}, "max_sect 100 x 512 bytes; add max_sect=101"},
 		{[]string{"bench", tgt, "--qd", "0"}, "--qd"},
 		{[]string{"bench", tgt, "--qd", "100000"}, "--qd 100000: more than the"},
+		{[]string{"bench", tgt, "--channels", "0"}, "--channels 0: 1 to 255 RDMA channels"},
 		{[]string{"bench", tgt, "--runtime", "0s"}, "--runtime"},
 		{[]string{"bench", tgt, "--rwmixread", "101"}, "--rwmixread"},
 		{[]string{"bench", tgt, "--verify-only"}, "give its --verify-seed"},
