@@ -359,7 +359,7 @@ the change across restarts.`,
 	f.StringVar(&image, "image", "", "rbd: the image (created with --size when missing)")
 	f.StringVar(&cephConf, "ceph-conf", "", "rbd: ceph.conf path (default: librados' search)")
 	f.StringVar(&path, "path", "", "file or block device (file default: lun<N>.img in the data directory)")
-	f.StringVar(&size, "size", "", "bytes, or with a unit: 64MiB, 1GiB (ram: required; file: creates or resizes)")
+	f.StringVar(&size, "size", "", "bytes, or with a unit: 64MiB, 1GiB (ram: required, at most the machine's memory; file: creates or resizes)")
 	f.IntVar(&blockSize, "block-size", 0, "logical block size: 512, 1024, 2048 or 4096 (default 512, block devices: theirs)")
 	f.BoolVar(&readOnly, "read-only", false, "writes fail with DATA PROTECT")
 	f.BoolVar(&writeCache, "write-cache", false, "initial WCE bit")

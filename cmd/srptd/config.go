@@ -560,6 +560,12 @@ func validateLUN(f string, l LUNSection) error {
 		if l.Size > maxRAMSize {
 			return ferr(f+".size", "%d bytes is more than the 4 TiB a ram backstore can have", l.Size)
 		}
+		// A RAM LUN allocates its blocks as they are written: any size
+		// up to the machine's memory starts, a larger one could never
+		// be filled.
+		if mem := physicalMemory(); mem > 0 && int64(l.Size) > mem {
+			return ferr(f+".size", "%d bytes (%s) is more than the %d bytes (%s) of physical memory of this machine (MemTotal); a ram backstore keeps its data in memory", l.Size, gibText(int64(l.Size)), mem, gibText(mem))
+		}
 		if l.Path != "" {
 			return ferr(f+".path", "a ram backstore has no path")
 		}

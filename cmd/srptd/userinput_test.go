@@ -85,7 +85,11 @@ func TestMissingImageNamed(t *testing.T) {
 func runErr(t *testing.T, cfg string) error {
 	t.Helper()
 	started := false
-	err := run(testCtx(t), []string{"-config", writeConfig(t, cfg)}, io.Discard, io.Discard, func(ready) { started = true })
+	// A start that should have failed is stopped at once, not at the
+	// test's deadline.
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	err := run(ctx, []string{"-config", writeConfig(t, cfg)}, io.Discard, io.Discard, func(ready) { started = true; cancel() })
 	if started {
 		t.Fatalf("srptd started with\n%s", cfg)
 	}
@@ -500,5 +504,70 @@ func TestAdminAddLUNWithoutDataDir(t *testing.T) {
 	code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "size": "1MiB"}, nil)
 	if code != 400 || !strings.Contains(body, "lun.path: required: srptd runs without a data directory") {
 		t.Fatalf("%d %s", code, body)
+	}
+}
+
+// withPhysicalMemory makes the machine n bytes of memory large for the
+// test.
+func withPhysicalMemory(t *testing.T, n int64) {
+	old := physicalMemory
+	physicalMemory = func() int64 { return n }
+	t.Cleanup(func() { physicalMemory = old })
+}
+
+// TestRAMLUNBeyondMemory: on a machine of 1 GiB, a RAM LUN of 2 GiB could
+// never be filled: srptd --check, a start and POST /luns (srpctl target
+// lun add) refuse it, naming both sizes; RAM LUNs allocate as they are
+// written, so one of the whole memory is accepted.
+func TestRAMLUNBeyondMemory(t *testing.T) {
+	withPhysicalMemory(t, 1<<30)
+	ram := func(size string) string {
+		return "[[port]]\nlisten=[\"127.0.0.1:0\"]\n[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"" + size + "\"\n"
+	}
+	want := "srptd.toml:6: lun[0].size: 2147483648 bytes (2.0 GiB) is more than the 1073741824 bytes (1.0 GiB) of physical memory of this machine (MemTotal); a ram backstore keeps its data in memory"
+	check := func(cfg string) error {
+		return run(testCtx(t), []string{"-check", "-config", writeConfig(t, cfg)}, io.Discard, io.Discard, nil)
+	}
+	if err := check(ram("2GiB")); err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("--check, 2 GiB RAM LUN: %v, want %q", err, want)
+	}
+	if err := runErr(t, ram("2GiB")); !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("start, 2 GiB RAM LUN: %v, want %q", err, want)
+	}
+	if err := check(ram("1GiB")); err != nil {
+		t.Errorf("--check, 1 GiB RAM LUN: %v", err)
+	}
+
+	dr := launch(t, "-data-dir", t.TempDir(), "-listen", "127.0.0.1:0")
+	code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "ram", "size": "2GiB"}, nil)
+	if want := "lun.size: 2147483648 bytes (2.0 GiB) is more than the 1073741824 bytes (1.0 GiB) of physical memory"; code != 400 || !strings.Contains(body, want) {
+		t.Errorf("POST /luns, 2 GiB RAM LUN: %d %s, want 400 %q", code, body, want)
+	}
+	if code, body := dr.admin(t, "POST", "/luns", map[string]any{"lun": 1, "backstore": "ram", "size": "1GiB"}, nil); code != 201 {
+		t.Errorf("POST /luns, 1 GiB RAM LUN: %d %s", code, body)
+	}
+}
+
+// TestMemTotal reads MemTotal from a meminfo file in bytes, and 0 (no
+// limit known) from a file without a well-formed one.
+func TestMemTotal(t *testing.T) {
+	for text, want := range map[string]int64{
+		"MemTotal:       16314252 kB\nMemFree:          123 kB\n": 16314252 << 10,
+		"MemFree: 1 kB\nMemTotal: 1048576 kB\n":                   1 << 30,
+		"MemFree: 1 kB\n":                                         0,
+		"MemTotal: lots kB\n":                                     0,
+		"MemTotal: 1048576 MB\n":                                  0,
+		"MemTotal: -5 kB\n":                                       0,
+	} {
+		p := filepath.Join(t.TempDir(), "meminfo")
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if got := memTotal(p); got != want {
+			t.Errorf("%q: %d, want %d", text, got, want)
+		}
+	}
+	if got := memTotal(filepath.Join(t.TempDir(), "missing")); got != 0 {
+		t.Errorf("missing file: %d", got)
 	}
 }
