@@ -83,14 +83,8 @@ func checkDataDir(dir string) error {
 	if err := unix.Access(dir, unix.W_OK|unix.X_OK); err != nil {
 		return fmt.Errorf("data directory %s: not writable: %w", dir, err)
 	}
-	// The lock file exists once a srptd has run there; without it no
-	// srptd holds the directory (and check does not create it).
-	if f, err := os.Open(filepath.Join(dir, "lock")); err == nil {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("data directory %s is in use by another srptd", dir)
-		}
+	if err := dataDirFree(dir); err != nil {
+		return err
 	}
 	if _, err := loadIdentity(dir); err != nil {
 		return fmt.Errorf("data directory: %w", err)

@@ -58,6 +58,7 @@ type daemon struct {
 	ports      []*target.Port
 	devices    []rdma.Device
 	listeners  []rdma.Listener
+	bound      []boundPort // per [[port]], from listen to startPorts
 	addrs      []net.Addr
 	loginLines []string
 	claims     []*guidClaim // service GUIDs announced to other srptd processes
@@ -616,9 +617,59 @@ func writtenBySave(path string) bool {
 	return line == savedHeader || line == savedHeaderV1
 }
 
-// startPorts opens the devices, creates the SRP ports and starts serving
-// every listen address. It prints the login_info lines.
-func (d *daemon) startPorts(ctx context.Context) error {
+// listen opens every port's device and binds each of its listen
+// addresses, serving none of them yet (startPorts does). It runs before
+// srptd creates anything on disk, so an address in use stops srptd with
+// an error naming it and nothing left behind. On error, close releases
+// what it opened.
+func (d *daemon) listen(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, pc := range d.cfg.Ports {
+		plog := d.log.With("port", portName(pc, i))
+		dev, nodeGUID, err := openDevice(pc, plog)
+		if err != nil {
+			return fmt.Errorf("port[%d]: %w", i, err)
+		}
+		d.devices = append(d.devices, dev)
+		bp := boundPort{dev: dev, nodeGUID: nodeGUID}
+		for _, a := range pc.Listen {
+			l, err := dev.Listen(ctx, a)
+			if err != nil {
+				if coveredByDualStack(a, bp.addrs()) {
+					plog.Debug("address already served by a dual-stack listener", "addr", a)
+					continue
+				}
+				return d.cfg.explain(ferr(fmt.Sprintf("port[%d].listen", i), "%s: %v", a, err))
+			}
+			d.listeners = append(d.listeners, l)
+			bp.listeners = append(bp.listeners, l)
+		}
+		d.bound = append(d.bound, bp)
+	}
+	return nil
+}
+
+// boundPort is one [[port]] between listen and startPorts: its device and
+// its bound, not yet served, listeners.
+type boundPort struct {
+	dev       rdma.Device
+	nodeGUID  uint64 // the device's node GUID; 0 for iWARP
+	listeners []rdma.Listener
+}
+
+// addrs returns the bound addresses.
+func (b boundPort) addrs() []net.Addr {
+	out := make([]net.Addr, len(b.listeners))
+	for i, l := range b.listeners {
+		out[i] = l.Addr()
+	}
+	return out
+}
+
+// startPorts creates the SRP ports on the devices and listeners listen
+// opened and starts serving them. It prints the login_info lines.
+func (d *daemon) startPorts() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	serveCtx, cancel := context.WithCancel(context.Background())
@@ -626,15 +677,12 @@ func (d *daemon) startPorts(ctx context.Context) error {
 	for i, pc := range d.cfg.Ports {
 		name := portName(pc, i)
 		plog := d.log.With("port", name)
-		dev, nodeGUID, err := openDevice(pc, plog)
-		if err != nil {
-			return fmt.Errorf("port[%d]: %w", i, err)
-		}
-		d.devices = append(d.devices, dev)
-		guid := nodeGUID
+		bp := d.bound[i]
+		guid := bp.nodeGUID
 		if pc.ServiceGUID != "" {
 			guid, _ = parseGUID(pc.ServiceGUID)
 		} else if guid == 0 {
+			var err error
 			if guid, err = d.ident.portGUID(name, hostGUID(i, d.dataDir)); err != nil {
 				return fmt.Errorf("port[%d]: storing the service GUID: %w", i, err)
 			}
@@ -644,25 +692,14 @@ func (d *daemon) startPorts(ctx context.Context) error {
 		tc.DemoMode = d.demo
 		tc.Name = name
 		tc.RelativePort = d.cfg.ALUA.relativePort(i)
-		tc.TargetPortName = targetPortName(dev, pc)
+		tc.TargetPortName = targetPortName(bp.dev, pc)
 		tc.Logger = plog
-		p, err := target.NewPort(tc, dev, coreAdapter{t: d.core})
+		p, err := target.NewPort(tc, bp.dev, coreAdapter{t: d.core})
 		if err != nil {
 			return fmt.Errorf("port[%d]: %w", i, err)
 		}
 		d.ports = append(d.ports, p)
-		var bound []net.Addr
-		for _, a := range pc.Listen {
-			l, err := dev.Listen(ctx, a)
-			if err != nil {
-				if coveredByDualStack(a, bound) {
-					plog.Debug("address already served by a dual-stack listener", "addr", a)
-					continue
-				}
-				return d.cfg.explain(ferr(fmt.Sprintf("port[%d].listen", i), "%s: %v", a, err))
-			}
-			d.listeners = append(d.listeners, l)
-			bound = append(bound, l.Addr())
+		for _, l := range bp.listeners {
 			d.addrs = append(d.addrs, l.Addr())
 			d.serveWG.Add(1)
 			go func() {
@@ -671,9 +708,9 @@ func (d *daemon) startPorts(ctx context.Context) error {
 					plog.Error("listener failed", "addr", l.Addr(), "err", err)
 				}
 			}()
-			plog.Info("listening", "addr", l.Addr(), "transport", dev.Name())
+			plog.Info("listening", "addr", l.Addr(), "transport", bp.dev.Name())
 		}
-		d.loginLines = append(d.loginLines, loginInfo(guid, bound)...)
+		d.loginLines = append(d.loginLines, loginInfo(guid, bp.addrs())...)
 	}
 	// Printed once every port listens: a later port's error must not
 	// follow login_info lines of a target that then exits.

@@ -166,6 +166,22 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	return nil
 }
 
+// dataDirFree reports, creating nothing, whether another srptd holds data
+// directory dir (lockDataDir): its lock file exists once a srptd has run
+// there, and without it no srptd holds the directory.
+func dataDirFree(dir string) error {
+	f, err := os.Open(filepath.Join(dir, "lock"))
+	if err != nil {
+		return nil
+	}
+	err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	f.Close()
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return fmt.Errorf("data directory %s is in use by another srptd", dir)
+	}
+	return nil
+}
+
 // lockDataDir takes an exclusive lock on DIR/lock (flock), so two daemons
 // never serve the same data directory (and its LUN files). unlock releases
 // it.

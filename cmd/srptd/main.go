@@ -177,14 +177,46 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		return nil
 	}
 	if dataDir != "" {
-		if err := os.MkdirAll(dataDir, 0o700); err != nil {
-			return fmt.Errorf("data directory: %w", err)
-		}
 		if abs, err := filepath.Abs(dataDir); err == nil {
 			dataDir = abs
 		}
 		if org.path == "" {
 			org.savePath = filepath.Join(dataDir, "srptd.toml")
+		}
+		// Before the listeners: a second srptd on this data directory
+		// (and so on its addresses) is told so, not that its address
+		// is in use.
+		if err := dataDirFree(dataDir); err != nil {
+			return err
+		}
+	}
+	d := newDaemon(cfg, org, dataDir, nil, stdout, log)
+	defer d.close()
+	// Every listener binds before srptd creates anything on disk (the
+	// data directory, its lock, identity.json, LUN images, the admin
+	// socket): an address in use stops srptd with nothing left behind.
+	if err := d.listen(ctx); err != nil {
+		return err
+	}
+	var metricsAddr net.Addr
+	if a := cfg.Metrics.Listen; a != "" {
+		m, err := startMetrics(a, d, log)
+		if err != nil {
+			return d.cfg.explain(ferr("metrics.listen", "%v", err))
+		}
+		defer m.Close()
+		metricsAddr = m.Addr()
+	}
+	if o.pprof != "" {
+		stopProf, err := startPprof(o.pprof, log)
+		if err != nil {
+			return fmt.Errorf("--pprof: %w", err)
+		}
+		defer stopProf()
+	}
+	if dataDir != "" {
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return fmt.Errorf("data directory: %w", err)
 		}
 		unlock, err := lockDataDir(dataDir)
 		if err != nil {
@@ -196,17 +228,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	if err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
-	d := newDaemon(cfg, org, dataDir, ident, stdout, log)
-	defer d.close()
+	d.ident = ident
 	if err := d.openLUNs(); err != nil {
 		return err
 	}
-	// The admin and metrics listeners start before the SRP ports, so an
-	// error in them stops srptd before any initiator can log in.
-	var (
-		adminSocket string
-		metricsAddr net.Addr
-	)
+	// The admin socket is made before the SRP ports serve, so an error
+	// in it stops srptd before any initiator can log in.
+	var adminSocket string
 	socket := cfg.Admin.Socket
 	if socket == "" && dataDir != "" {
 		socket = filepath.Join(dataDir, "srptd.sock")
@@ -223,22 +251,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		defer admin.Close()
 		adminSocket = socket
 	}
-	if a := cfg.Metrics.Listen; a != "" {
-		m, err := startMetrics(a, d, log)
-		if err != nil {
-			return d.cfg.explain(ferr("metrics.listen", "%v", err))
-		}
-		defer m.Close()
-		metricsAddr = m.Addr()
-	}
-	if o.pprof != "" {
-		stopProf, err := startPprof(o.pprof, log)
-		if err != nil {
-			return fmt.Errorf("--pprof: %w", err)
-		}
-		defer stopProf()
-	}
-	if err := d.startPorts(ctx); err != nil {
+	if err := d.startPorts(); err != nil {
 		return err
 	}
 	d.logDemo()

@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,5 +108,47 @@ func TestSIGTERM(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(data, "srptd.sock")); err == nil {
 		t.Error("admin socket left behind")
+	}
+}
+
+// TestListenAddressInUse: srptd whose listen address is taken exits with
+// status 1 and an error naming the address, having created nothing: no
+// data directory (or nothing in an existing one: no lock, identity.json,
+// lun0.img or admin socket) and no admin socket elsewhere.
+func TestListenAddressInUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	empty := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "new")
+	adminDir := t.TempDir()
+	for _, args := range []string{
+		"--data-dir " + empty + " --listen " + addr,
+		"--data-dir " + missing + " --listen " + addr + " --admin " + filepath.Join(adminDir, "srptd.sock"),
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "SRPTD_TEST_MAIN=1", "SRPTD_TEST_ARGS="+args)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Fatalf("srptd %s: %v, want exit status 1\n%s", args, err, stderr.String())
+		}
+		if want := "srptd: --listen: " + addr + ": "; !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "address already in use") {
+			t.Errorf("srptd %s: stderr\n%s\nwant %q ... address already in use", args, stderr.String(), want)
+		}
+	}
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Errorf("data directory after the failed start: %v %v", ents, err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("data directory created: %v", err)
+	}
+	if ents, err := os.ReadDir(adminDir); err != nil || len(ents) != 0 {
+		t.Errorf("admin socket directory after the failed start: %v %v", ents, err)
 	}
 }
