@@ -52,7 +52,7 @@ administers a running srptd through its admin socket.`,
 	f.SortFlags = false
 	f.StringVar(&o.config, "config", "", "TOML configuration `file` (default: DATA_DIR/srptd.toml if it exists, else the embedded default)")
 	f.StringVar(&o.dataDir, "data-dir", "", "data `directory`: identity, the default LUN, the admin socket (default ./"+defaultDataDir+"; with --config only if given or set as target.data_dir)")
-	f.StringVar(&o.listen, "listen", "", "comma-separated host:port `addresses` for the first port (default 127.0.0.1:5555; overrides port[0].listen)")
+	f.StringVar(&o.listen, "listen", "", "comma-separated host:port `addresses` for the first port (default 127.0.0.1:5555; overrides port[0].listen, or makes that port when the configuration has no [[port]])")
 	f.StringVar(&o.transport, "transport", "", "`transport` of the first port: iwarp or verbs")
 	f.StringVar(&o.guid, "guid", "", "service `GUID` of the first port, 16 hex digits")
 	f.BoolVar(&o.demo, "demo", false, "demo mode: admit every initiator (--demo=false turns it off where it is the default)")

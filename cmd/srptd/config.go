@@ -413,7 +413,7 @@ func (c *Config) Validate() error { return c.explain(c.validate()) }
 
 func (c *Config) validate() error {
 	if len(c.Ports) == 0 {
-		return ferr("port", "at least one [[port]] is required")
+		return ferr("port", "at least one [[port]] is required (or --listen HOST:PORT)")
 	}
 	names := map[string]bool{}
 	for i, p := range c.Ports {

@@ -62,8 +62,13 @@ type options struct {
 const defaultDataDir = "srptd-data"
 
 // applyFlags lets the flags override the configuration's common items.
+// --listen, --transport and --guid set the first [[port]]; a configuration
+// without one gets it from them.
 func applyFlags(c *Config, o *options) error {
 	c.flagged = map[string]string{}
+	if len(c.Ports) == 0 && (o.listen != "" || o.transport != "") {
+		c.Ports = []PortSection{{}}
+	}
 	if len(c.Ports) > 0 {
 		p := &c.Ports[0]
 		if o.listen != "" {

@@ -177,7 +177,7 @@ func TestConfigErrors(t *testing.T) {
 	base := "[[port]]\nlisten=[\"127.0.0.1:0\"]\n" // lines 1-2
 	ram := "[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"1MiB\"\n"
 	for _, tc := range []struct{ cfg, want string }{
-		{"", "srptd.toml: port: at least one [[port]] is required"},
+		{"", "srptd.toml: port: at least one [[port]] is required (or --listen HOST:PORT)"},
 		{base + "[target]\nbogus = 1\n", "srptd.toml:4: target.bogus: unknown key"},
 		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=1024\nfrob=2\n", "srptd.toml:11: lun[1].frob: unknown key"},
 		{base + "[[lun]]\nlun=0\nbackstore=\"ram\"\n", "srptd.toml:3: lun[0].size: a ram backstore needs a size"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -569,5 +570,26 @@ func TestMemTotal(t *testing.T) {
 	}
 	if got := memTotal(filepath.Join(t.TempDir(), "missing")); got != 0 {
 		t.Errorf("missing file: %d", got)
+	}
+}
+
+// TestListenWithoutPortSection: --listen serves a configuration file that
+// has no [[port]]: --check accepts it and a start listens on the address
+// given (and logs in there, with --demo); without --listen the missing
+// port is named along with the flag that provides it.
+func TestListenWithoutPortSection(t *testing.T) {
+	cfg := writeConfig(t, "[[lun]]\nlun=0\nbackstore=\"ram\"\nsize=\"1MiB\"\n")
+	var out bytes.Buffer
+	if err := run(testCtx(t), []string{"-check", "-config", cfg, "-listen", "127.0.0.1:0"}, &out, io.Discard, nil); err != nil || out.String() != "configuration OK\n" {
+		t.Errorf("--check --listen: %v %q", err, out.String())
+	}
+	dr := launch(t, "-config", cfg, "-listen", "127.0.0.1:0", "--demo")
+	if len(dr.lines) != 1 || !strings.Contains(dr.lines[0], ",dest=127.0.0.1:") {
+		t.Fatalf("login_info %q", dr.lines)
+	}
+	dr.login(t)
+	err := run(testCtx(t), []string{"-check", "-config", cfg}, io.Discard, io.Discard, nil)
+	if want := "srptd.toml: port: at least one [[port]] is required (or --listen HOST:PORT)"; err == nil || !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("no port, no --listen: %v, want %q", err, want)
 	}
 }
