@@ -164,9 +164,15 @@ func newBenchCmd() *cobra.Command {
 				o.ChCount = channels
 			}
 			// One SRP_CMD per I/O: a transfer over max_sect would fail every
-			// command (ib_srp's default max_sect is 1024 sectors, 512 KiB).
-			if maxSect := cmp.Or(o.MaxSect, initiator.DefaultMaxSect); int64(bs) > int64(maxSect)*512 {
-				return fmt.Errorf("--bs %d: above max_sect %d x 512 bytes; add max_sect=%d to TARGET", bs, maxSect, (bs+511)/512)
+			// command. Without max_sect in TARGET the session's is raised
+			// to fit --bs (ib_srp's default, 1024 sectors, is 512 KiB); one
+			// TARGET sets is kept, and a --bs over it refused.
+			sectors := (int64(bs) + 511) / 512
+			switch {
+			case o.MaxSect == 0 && sectors > initiator.DefaultMaxSect:
+				o.MaxSect = int(sectors) // at most 1 GiB: maxBenchBuffers
+			case o.MaxSect > 0 && sectors > int64(o.MaxSect):
+				return fmt.Errorf("--bs %d: above TARGET's max_sect %d x 512 bytes; raise it to max_sect=%d, or leave it out", bs, o.MaxSect, sectors)
 			}
 			// Enough IUs per channel for the queue depth (can_queue is
 			// queue_size - 2); the target's req_lim may still cap it
@@ -262,6 +268,9 @@ func newBenchCmd() *cobra.Command {
 			if len(args) > 1 {
 				return tf.withMultipath(cmd.Context(), args, func(po *initiator.Options) {
 					po.ChCount, po.QueueSize = o.ChCount, o.QueueSize
+					if po.MaxSect == 0 {
+						po.MaxSect = o.MaxSect
+					}
 				}, body)
 			}
 			return tf.withSessionOptions(cmd.Context(), o, body)

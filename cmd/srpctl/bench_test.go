@@ -267,3 +267,32 @@ func TestBenchRefusesSizeAndChannels(t *testing.T) {
 		t.Errorf("--size 16m --channels 1 of a 16 MiB LUN: %v\n%s", err, out)
 	}
 }
+
+// TestBenchLargeIOWithoutMaxSect: --bs 1m runs against a target string
+// without max_sect (bench sizes the session's max_sect for one SRP_CMD
+// per I/O; ib_srp's default of 1024 sectors is 512 KiB); a max_sect the
+// target string sets is kept, and a --bs over it refused before login,
+// naming the max_sect it needs.
+func TestBenchLargeIOWithoutMaxSect(t *testing.T) {
+	ctx := adminTestCtx(t)
+	bench := func(args ...string) (string, error) {
+		c := newBenchCmd()
+		var out bytes.Buffer
+		c.SetOut(&out)
+		c.SetErr(&out)
+		c.SetArgs(args)
+		err := c.ExecuteContext(ctx)
+		return out.String(), err
+	}
+	_, err := bench("id_ext=1,ioc_guid=1,dest=127.0.0.1:1,max_sect=1024", "--bs", "1m")
+	if want := "--bs 1048576: above TARGET's max_sect 1024 x 512 bytes; raise it to max_sect=2048, or leave it out"; err == nil || err.Error() != want {
+		t.Errorf("--bs 1m, max_sect=1024: %v, want %q", err, want)
+	}
+	info, _ := startSrptd(t, ctx)
+	for _, rw := range []string{"read", "write"} {
+		out, err := bench(info[0], "--bs", "1m", "--rw", rw, "--qd", "2", "--size", "16m", "--runtime", "300ms")
+		if err != nil || !regexp.MustCompile(`completed=[1-9]\d* failed=0;`).MatchString(out) {
+			t.Errorf("--bs 1m --rw %s without max_sect: %v\n%s", rw, err, out)
+		}
+	}
+}

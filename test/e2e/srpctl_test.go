@@ -111,7 +111,7 @@ type benchJSON struct {
 // TestSrpctlArgumentCounts: every initiator command checks its positional
 // arguments and flags before connecting (tmf abort is refused, naming why; attach a
 // directory to mount on; bench's
-// --bs must fit max_sect, --qd, --channels, --runtime and --rwmixread must make sense);
+// --bs must fit a max_sect the target string sets, --qd, --channels, --runtime and --rwmixread must make sense);
 // a bad one is a usage error (exit status 1 with a message), never a crash
 // (Go's exit status 2) or a run that does nothing.
 func TestSrpctlArgumentCounts(t *testing.T) {
@@ -144,9 +144,9 @@ func TestSrpctlArgumentCounts(t *testing.T) {
 		{[]string{"inquiry", tgt, "--vpd", "-2"}, "page code is 0..255"},
 		{[]string{"bench", tgt, "extra"}, "several targets (gateways of one LU, through multipath) take --verify"},
 		{[]string{"read", tgt, "extra", "--of", "/dev/null"}, "arg(s)"},
-		// 1 MiB is 2048 sectors, over ib_srp's default max_sect of 1024.
-		{[]string{"bench", tgt, "--bs", "1m"}, "max_sect=2048"},
-		{[]string{"bench", tgt + ",max_sect=100", "--bs", "51712"}, "max_sect 100 x 512 bytes; add max_sect=101"},
+		// 1 MiB is 2048 sectors: over a max_sect the target string sets.
+		{[]string{"bench", tgt + ",max_sect=1024", "--bs", "1m"}, "above TARGET's max_sect 1024 x 512 bytes; raise it to max_sect=2048, or leave it out"},
+		{[]string{"bench", tgt + ",max_sect=100", "--bs", "51712"}, "max_sect 100 x 512 bytes; raise it to max_sect=101"},
 		{[]string{"bench", tgt, "--qd", "0"}, "--qd"},
 		{[]string{"bench", tgt, "--qd", "100000"}, "--qd 100000: more than the"},
 		{[]string{"bench", tgt, "--channels", "0"}, "--channels 0: 1 to 255 RDMA channels"},
