@@ -141,6 +141,11 @@ func newBenchCmd() *cobra.Command {
 				return errors.New("--verify-only checks an earlier --verify run: give its --verify-seed (and --loops, --bs, --size, --lun)")
 			}
 			verify = verify || verifyOnly
+			if verify && cmd.Flags().Changed("runtime") {
+				// A verify pass covers the whole region however long it
+				// takes: cut short, it would check only part of it.
+				return errors.New("--runtime: a --verify run writes and reads back the whole region (--size) --loops times, however long that takes; bound it with --size instead")
+			}
 			if verify && !cmd.Flags().Changed("verify-seed") {
 				verifySeed = rand.Uint64() >> 1 // printable as a positive decimal anywhere
 			}
@@ -285,7 +290,7 @@ func newBenchCmd() *cobra.Command {
 	f.IntVar(&channels, "channels", 0, "RDMA channels, 1..255 (overrides ch_count; default: TARGET's ch_count, else min(4, CPUs))")
 	f.IntVar(&procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS; default: the smallest of --qd, the channel count and the CPU count)")
 	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")
-	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long to run")
+	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long a timed run lasts (not with --verify, which covers the region --size names)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON (ios: completed I/Os, errors: failed I/Os)")
 	f.BoolVar(&fua, "fua", false, "set FUA on writes")
 	f.BoolVar(&registerEach, "register-each", false, "register each command's memory instead of reusing registered buffers")
@@ -302,8 +307,8 @@ seed and the pass number, and a CRC32C over the block. Each pass writes the
 whole region (random order for --rw rand*, else ascending) and then reads it
 all back in another order; a block with a bad CRC (corrupt), another LBA
 (misplaced), another pass (stale) or no header fails the run with exit
-status 1. --runtime does not apply. --verify-only re-reads a region written
-earlier (for instance across a target restart).
+status 1. It takes no --runtime: --size bounds it. --verify-only re-reads
+a region written earlier (for instance across a target restart).
 
 --procs sets how many threads run srpctl's Go code at once. By default it
 is the smallest of --qd, the channel count and the CPU count: no more

@@ -296,3 +296,22 @@ func TestBenchLargeIOWithoutMaxSect(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchVerifyRefusesRuntime: --verify (and --verify-only) cover the
+// whole region, so a --runtime given with them is refused before login,
+// pointing at --size, rather than ignored.
+func TestBenchVerifyRefusesRuntime(t *testing.T) {
+	for _, args := range [][]string{
+		{"--verify", "--runtime", "2s"},
+		{"--verify-only", "--verify-seed", "7", "--runtime", "2s"},
+	} {
+		c := newBenchCmd()
+		c.SetOut(io.Discard)
+		c.SetErr(io.Discard)
+		c.SetArgs(append([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1"}, args...))
+		want := "--runtime: a --verify run writes and reads back the whole region (--size) --loops times, however long that takes; bound it with --size instead"
+		if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != want {
+			t.Errorf("bench %q: %v, want %q", args, err, want)
+		}
+	}
+}
