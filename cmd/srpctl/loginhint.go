@@ -15,9 +15,9 @@ import (
 // for an IU length the target refuses (LOGIN_REJ 0x10002), the largest it
 // accepts, found by logging in with smaller ones, as the max_it_iu_size to
 // add to the target string; for a missing ACL (0x10006, which ib_srpt
-// and srptd also use for a full channel limit), this initiator's port ID
-// and the srpctl target acl add line that admits it. Other errors are
-// returned as they are.
+// and srptd also use for a full channel limit), this initiator's port ID,
+// srptd's demo_mode that admits everyone, and the srpctl target acl add
+// line that admits this initiator. Other errors are returned as they are.
 func explainLoginReject(ctx context.Context, dev rdma.Device, o initiator.Options, timeout time.Duration, err error) error {
 	var rej *initiator.LoginRejectError
 	if !errors.As(err, &rej) {
@@ -36,7 +36,7 @@ func explainLoginReject(ctx context.Context, dev rdma.Device, o initiator.Option
 		return err
 	case srp.RejChannelLimitReached:
 		ipi, _ := o.PortIDs()
-		return fmt.Errorf("%w\nthis initiator's port ID is 0x%x; if the target has no ACL for it, admit it on the target's host with:\n  srpctl target acl add 0x%x", err, ipi, ipi)
+		return fmt.Errorf("%w\nthis initiator's port ID is 0x%x; if the target has no ACL for it, admit every initiator with demo_mode = true in the [target] section of srptd's configuration (or srptd --demo), or this one, on the target's host, with:\n  srpctl target acl add 0x%x", err, ipi, ipi)
 	}
 	return err
 }

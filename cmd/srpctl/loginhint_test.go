@@ -11,8 +11,8 @@ import (
 // TestLoginRejectHints: a login refused for its IU length names the
 // max_it_iu_size the target accepts (srptd's max_req_size, found by
 // probing), and that string then logs in; a login refused for want of an
-// ACL prints this initiator's port ID and the srpctl target acl add line,
-// which then admits it.
+// ACL prints this initiator's port ID, demo_mode (which admits everyone)
+// and the srpctl target acl add line, which then admits it.
 func TestLoginRejectHints(t *testing.T) {
 	ctx := adminTestCtx(t)
 	cfg := filepath.Join(t.TempDir(), "srptd.toml")
@@ -51,8 +51,8 @@ size = "1MiB"
 	}
 	const pre = "  srpctl target acl add "
 	i := strings.Index(err.Error(), pre)
-	if i < 0 || !strings.Contains(err.Error(), "this initiator's port ID is 0x") {
-		t.Fatalf("ACL reject: %v\nwant the port ID and the acl add line", err)
+	if i < 0 || !strings.Contains(err.Error(), "this initiator's port ID is 0x") || !strings.Contains(err.Error(), "admit every initiator with demo_mode = true in the [target] section of srptd's configuration (or srptd --demo)") {
+		t.Fatalf("ACL reject: %v\nwant the port ID, demo_mode and the acl add line", err)
 	}
 	id := strings.TrimSpace(err.Error()[i+len(pre):])
 	if out, err := srpctl(ctx, sock, "acl", "add", id); err != nil {
