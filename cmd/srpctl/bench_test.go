@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -198,17 +199,8 @@ func TestBenchSummaryCompletedAndFailed(t *testing.T) {
 // login, before any I/O, naming that limit; one within them runs.
 func TestBenchQueueDepthBound(t *testing.T) {
 	ctx := adminTestCtx(t)
-	bench := func(args ...string) (string, error) {
-		c := newBenchCmd()
-		var out bytes.Buffer
-		c.SetOut(&out)
-		c.SetErr(&out)
-		c.SetArgs(args)
-		err := c.ExecuteContext(ctx)
-		return out.String(), err
-	}
 	start := time.Now()
-	_, err := bench("id_ext=1,ioc_guid=1,dest=127.0.0.1:1,ch_count=4", "--qd", "100000", "--runtime", "2s")
+	_, err := benchOutput(ctx, "id_ext=1,ioc_guid=1,dest=127.0.0.1:1,ch_count=4", "--qd", "100000", "--runtime", "2s")
 	want := "--qd 100000: more than the 16384 I/Os bench keeps in flight over 4 channel(s) (4096 per channel; a target grants a channel 128 credits by default); lower --qd, or raise --channels"
 	if err == nil || err.Error() != want {
 		t.Errorf("--qd 100000: %v, want %q", err, want)
@@ -219,7 +211,7 @@ func TestBenchQueueDepthBound(t *testing.T) {
 
 	info, _ := startSrptd(t, ctx)
 	one := info[0] + ",ch_count=1"
-	out, err := bench(one, "--qd", "200", "--runtime", "300ms")
+	out, err := benchOutput(ctx, one, "--qd", "200", "--runtime", "300ms")
 	want = "--qd 200: more than the 127 commands the target lets this session have in flight (1 channel(s) x 127; its req_lim is 128 per channel); lower --qd, or raise --channels"
 	if err == nil || err.Error() != want {
 		t.Errorf("--qd 200 on one channel: %v, want %q\n%s", err, want, out)
@@ -227,7 +219,7 @@ func TestBenchQueueDepthBound(t *testing.T) {
 	if strings.Contains(out, "IOPS") {
 		t.Errorf("--qd 200 ran I/O:\n%s", out)
 	}
-	if out, err := bench(one, "--qd", "127", "--runtime", "300ms", "--size", "1m"); err != nil || !strings.Contains(out, "iodepth=127 channels=1") {
+	if out, err := benchOutput(ctx, one, "--qd", "127", "--runtime", "300ms", "--size", "1m"); err != nil || !strings.Contains(out, "iodepth=127 channels=1") {
 		t.Errorf("--qd 127 on one channel: %v\n%s", err, out)
 	}
 }
@@ -238,17 +230,8 @@ func TestBenchQueueDepthBound(t *testing.T) {
 // while a --size of the whole LUN runs.
 func TestBenchRefusesSizeAndChannels(t *testing.T) {
 	ctx := adminTestCtx(t)
-	bench := func(args ...string) (string, error) {
-		c := newBenchCmd()
-		var out bytes.Buffer
-		c.SetOut(&out)
-		c.SetErr(&out)
-		c.SetArgs(args)
-		err := c.ExecuteContext(ctx)
-		return out.String(), err
-	}
 	for _, n := range []string{"0", "-1", "256"} {
-		_, err := bench("id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--channels", n)
+		_, err := benchOutput(ctx, "id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--channels", n)
 		if want := "--channels " + n + ": 1 to 255 RDMA channels"; err == nil || err.Error() != want {
 			t.Errorf("--channels %s: %v, want %q", n, err, want)
 		}
@@ -258,12 +241,12 @@ func TestBenchRefusesSizeAndChannels(t *testing.T) {
 	if out, err := srpctl(ctx, filepath.Join(data, "srptd.sock"), "lun", "add", "--lun", "1", "--backstore", "ram", "--size", "16MiB"); err != nil {
 		t.Fatalf("lun add: %v %s", err, out)
 	}
-	out, err := bench(info[0], "-l", "1", "--size", "32m", "--runtime", "300ms")
+	out, err := benchOutput(ctx, info[0], "-l", "1", "--size", "32m", "--runtime", "300ms")
 	want := "--size 32m (33554432 bytes): larger than LUN 1's capacity of 16777216 bytes (32768 blocks of 512 bytes, READ CAPACITY)"
 	if err == nil || err.Error() != want {
 		t.Errorf("--size 32m of a 16 MiB LUN: %v, want %q\n%s", err, want, out)
 	}
-	if out, err := bench(info[0], "-l", "1", "--size", "16m", "--runtime", "300ms", "--channels", "1"); err != nil || !strings.Contains(out, " failed=0;") || !strings.Contains(out, "channels=1 ") {
+	if out, err := benchOutput(ctx, info[0], "-l", "1", "--size", "16m", "--runtime", "300ms", "--channels", "1"); err != nil || !strings.Contains(out, " failed=0;") || !strings.Contains(out, "channels=1 ") {
 		t.Errorf("--size 16m --channels 1 of a 16 MiB LUN: %v\n%s", err, out)
 	}
 }
@@ -275,22 +258,13 @@ func TestBenchRefusesSizeAndChannels(t *testing.T) {
 // naming the max_sect it needs.
 func TestBenchLargeIOWithoutMaxSect(t *testing.T) {
 	ctx := adminTestCtx(t)
-	bench := func(args ...string) (string, error) {
-		c := newBenchCmd()
-		var out bytes.Buffer
-		c.SetOut(&out)
-		c.SetErr(&out)
-		c.SetArgs(args)
-		err := c.ExecuteContext(ctx)
-		return out.String(), err
-	}
-	_, err := bench("id_ext=1,ioc_guid=1,dest=127.0.0.1:1,max_sect=1024", "--bs", "1m")
+	_, err := benchOutput(ctx, "id_ext=1,ioc_guid=1,dest=127.0.0.1:1,max_sect=1024", "--bs", "1m")
 	if want := "--bs 1048576: above TARGET's max_sect 1024 x 512 bytes; raise it to max_sect=2048, or leave it out"; err == nil || err.Error() != want {
 		t.Errorf("--bs 1m, max_sect=1024: %v, want %q", err, want)
 	}
 	info, _ := startSrptd(t, ctx)
 	for _, rw := range []string{"read", "write"} {
-		out, err := bench(info[0], "--bs", "1m", "--rw", rw, "--qd", "2", "--size", "16m", "--runtime", "300ms")
+		out, err := benchOutput(ctx, info[0], "--bs", "1m", "--rw", rw, "--qd", "2", "--size", "16m", "--runtime", "300ms")
 		if err != nil || !regexp.MustCompile(`completed=[1-9]\d* failed=0;`).MatchString(out) {
 			t.Errorf("--bs 1m --rw %s without max_sect: %v\n%s", rw, err, out)
 		}
@@ -314,4 +288,16 @@ func TestBenchVerifyRefusesRuntime(t *testing.T) {
 			t.Errorf("bench %q: %v, want %q", args, err, want)
 		}
 	}
+}
+
+// benchOutput runs srpctl bench with args and returns what it printed
+// (standard output and error) and its error.
+func benchOutput(ctx context.Context, args ...string) (string, error) {
+	c := newBenchCmd()
+	var out bytes.Buffer
+	c.SetOut(&out)
+	c.SetErr(&out)
+	c.SetArgs(args)
+	err := c.ExecuteContext(ctx)
+	return out.String(), err
 }
