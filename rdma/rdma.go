@@ -366,6 +366,28 @@ type LocalRegioner interface {
 	LocalRegion(buf []byte) MemoryRegion
 }
 
+// RegionCache is implemented by devices whose adapters reach memory only
+// through registrations (the verbs provider): it keeps the registrations of
+// memory that work requests read again and again, such as a RAM
+// backstore's chunks, so a consumer can send from memory where it lies
+// rather than copy it into a registered buffer, without a registration
+// per transfer (the role of a registration cache in user-space RDMA
+// stacks; LIO's rd_mcp needs none, its pages being the kernel's).
+type RegionCache interface {
+	// CachedRegion returns a region with local access rights that holds
+	// buf, and buf's byte offset in it. The region may cover all of
+	// buf[:cap(buf)]: the device keeps that memory referenced, so it
+	// stays valid and registered while cached. Each successful call must
+	// be matched by one ReleaseRegion once the work requests using the
+	// region have completed; a region in use is never deregistered.
+	// Errors: ErrClosed, or the registration's (the locked-memory limit,
+	// the adapter's region count); the caller then moves the data through
+	// memory it registered itself.
+	CachedRegion(buf []byte) (MemoryRegion, int, error)
+	// ReleaseRegion ends one use of a region CachedRegion returned.
+	ReleaseRegion(MemoryRegion)
+}
+
 // Device is a protection domain on one provider: memory registered on it is
 // usable by every connection dialled or accepted through it.
 type Device interface {

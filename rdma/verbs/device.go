@@ -131,6 +131,7 @@ type Device struct {
 	mrs      map[*mr]struct{}
 	srqs     map[*srq]struct{}
 	loopDone chan struct{}
+	regions  regionCache
 }
 
 type cmEvent struct {
@@ -339,7 +340,8 @@ func (d *Device) Close() error {
 }
 
 var (
-	_ rdma.Device     = (*Device)(nil)
-	_ rdma.Doorbeller = (*conn)(nil)
-	_ rdma.CQHook     = (*conn)(nil)
+	_ rdma.Device      = (*Device)(nil)
+	_ rdma.RegionCache = (*Device)(nil)
+	_ rdma.Doorbeller  = (*conn)(nil)
+	_ rdma.CQHook      = (*conn)(nil)
 )

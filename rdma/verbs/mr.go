@@ -58,6 +58,9 @@ type mr struct {
 	// live says the region is registered.
 	lk   uint32
 	live atomic.Bool
+	// cached is the region cache's entry of a region it registered
+	// (Device.CachedRegion), nil for others.
+	cached *cachedRegion
 }
 
 func (m *mr) Bytes() []byte       { return m.buf }

@@ -253,3 +253,69 @@ func TestInChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The region cache registers a chunk once for all its views (slices that
+// end where it ends), gives each view's offset in the registration,
+// registers again, wider, for a view that starts lower, deregisters a
+// replaced or evicted region only once its last use is released, and
+// keeps no more unused bytes than its limit.
+func TestRegionCache(t *testing.T) {
+	d, _ := testDevice(t)
+	chunk := make([]byte, 64<<10)
+	r1, off, err := d.CachedRegion(chunk[8192:12288])
+	if err != nil || off != 0 {
+		t.Fatalf("first view: off %d, %v", off, err)
+	}
+	if got := len(r1.Bytes()); got != 64<<10-8192 {
+		t.Fatalf("region covers %d bytes, want the view to the chunk's end (%d)", got, 64<<10-8192)
+	}
+	r2, off, err := d.CachedRegion(chunk[16384:20480])
+	if err != nil || r2 != r1 || off != 8192 {
+		t.Fatalf("later view: same region %v, off %d (want 8192), %v", r2 == r1, off, err)
+	}
+	r3, off, err := d.CachedRegion(chunk[0:4096])
+	if err != nil || r3 == r1 || off != 0 || len(r3.Bytes()) != 64<<10 {
+		t.Fatalf("lower view: new region %v of %d bytes, off %d, %v", r3 != r1, len(r3.Bytes()), off, err)
+	}
+	if r1.LKey() == 0 {
+		t.Fatal("replaced region deregistered while two uses hold it")
+	}
+	d.ReleaseRegion(r1)
+	if r1.LKey() == 0 {
+		t.Fatal("replaced region deregistered while one use holds it")
+	}
+	d.ReleaseRegion(r2)
+	if r1.LKey() != 0 {
+		t.Fatal("replaced region still registered after its last release")
+	}
+	r4, off, err := d.CachedRegion(chunk[60<<10:])
+	if err != nil || r4 != r3 || off != 60<<10 {
+		t.Fatalf("view after widening: same region %v, off %d, %v", r4 == r3, off, err)
+	}
+	d.ReleaseRegion(r3)
+	d.ReleaseRegion(r4)
+
+	// A limit of one chunk: a second chunk's region evicts the first,
+	// unused one, but not a region in use.
+	d.regions.mu.Lock()
+	d.regions.max = 64 << 10
+	d.regions.mu.Unlock()
+	other := make([]byte, 64<<10)
+	r5, _, err := d.CachedRegion(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r3.LKey() != 0 {
+		t.Error("unused region beyond the limit not evicted")
+	}
+	third := make([]byte, 64<<10)
+	r6, _, err := d.CachedRegion(third)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r5.LKey() == 0 {
+		t.Error("region in use evicted")
+	}
+	d.ReleaseRegion(r5)
+	d.ReleaseRegion(r6)
+}

@@ -31,7 +31,7 @@ verbs_test() { # NAME PATTERN
 	[ $rc = 0 ] || tail -40 "$RUN/verbs-test-$1.log"
 }
 if command -v verbs.test >/dev/null; then
-	verbs_test main '^(TestConnectSendWriteRead|TestRejectCarriesPrivateData|TestDeviceFor|TestConformance)$/^(RDMA|Queue|InvalidWR|Deregister|Close|Concurrent|GoroutineLeak)$'
+	verbs_test main '^(TestConnectSendWriteRead|TestRejectCarriesPrivateData|TestDeviceFor|TestRegionCache|TestConformance)$/^(RDMA|Queue|InvalidWR|Deregister|Close|Concurrent|GoroutineLeak)$'
 	verbs_test connect '^TestConformance$/^Connect$/^(DialContext|ListenerClose)$'
 	verbs_test sendrecv '^TestConformance$/^SendRecv$/^(Sizes|Gather|FIFO|Unsignaled|Bidirectional)$'
 	# shared receive queues (ibv_create_srq on rxe0)
