@@ -121,7 +121,11 @@ type Viewer interface {
 	// View appends to views the slices of the backstore's memory that hold
 	// the length bytes at byte offset off, in order (their lengths sum to
 	// length), and returns the extended list. Ranges never written may be
-	// given as slices of shared zeros. The caller only reads the slices;
+	// given as slices of shared zeros. A slice's capacity may run past its
+	// length to the end of the backstore's allocation that holds it (a RAM
+	// chunk), memory the caller must not write either, so that a cache of
+	// registrations of that memory keyed by where it ends serves every
+	// view of it (rdma.RegionCache). The caller only reads the slices;
 	// they stay valid memory while it holds them, but a later write or
 	// unmap of the range changes what they hold (the caller orders that,
 	// as the SCSI core's task set does). Errors as ReadAt's: ErrClosed,

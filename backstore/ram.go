@@ -125,13 +125,15 @@ var ramZeros [RAMChunkSize]byte
 // View implements Viewer: one slice per chunk the range touches (at most
 // RAMChunkSize bytes each), of ramZeros for a chunk never written. A chunk
 // freed by Unmap after View stays valid memory for the holder (Go's
-// garbage collector keeps it).
+// garbage collector keeps it). Each slice's capacity runs to the end of
+// its chunk (or of ramZeros), so all views of one chunk share an end: a
+// registration cache (rdma.RegionCache) registers the chunk once.
 func (r *RAM) View(views [][]byte, off, length int64) ([][]byte, error) {
 	err := r.walk(off, length, false, func(_ int64, c *ramChunk, co, m, _ int64) {
 		if c == nil {
-			views = append(views, ramZeros[:m:m])
+			views = append(views, ramZeros[:m])
 		} else {
-			views = append(views, c.data[co:co+m:co+m])
+			views = append(views, c.data[co:co+m])
 		}
 	})
 	return views, err
