@@ -64,6 +64,11 @@ type channel struct {
 	// local is the device as an rdma.LocalRegioner, nil when its memory
 	// must be registered: then data-in is always copied into a buffer.
 	local rdma.LocalRegioner
+	// regions is the device as an rdma.RegionCache when it is not a
+	// LocalRegioner (verbs): data-in is then sent from the backstore's
+	// memory through cached registrations of it, or copied when those
+	// fail.
+	regions rdma.RegionCache
 	// maxSGE is the SGEs per work request the queue pair grants (0:
 	// unknown; viewMaxSGE then bounds the views' RDMA WRITEs alone).
 	maxSGE int
@@ -161,6 +166,9 @@ func (p *Port) newChannel(pl *pendingLogin, remote net.Addr, log *slog.Logger) (
 		cred:       newCredits(cfg.RQSize),
 	}
 	c.local, _ = p.dev.(rdma.LocalRegioner)
+	if c.local == nil {
+		c.regions, _ = p.dev.(rdma.RegionCache)
+	}
 	c.events = make(chan event, c.nRecv+c.nSend+8)
 	c.initWRRing(cfg.SQSize)
 	c.ctxWR = make([]rdma.SendWR, c.nSend)
@@ -653,6 +661,7 @@ func (c *channel) release() {
 	}
 	c.inUse, c.pool = nil, nil
 	for _, cmd := range c.unsent {
+		cmd.releaseRegions()
 		cmd.sc.ReleaseViews()
 	}
 	c.unsent = nil

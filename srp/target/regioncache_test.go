@@ -1,0 +1,166 @@
+package target
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gosrp/gosrp/backstore"
+	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/rdma/loopback"
+	"github.com/gosrp/gosrp/scsi"
+	"github.com/gosrp/gosrp/srp"
+)
+
+// cacheDev is the loopback device as an rdma.RegionCache and not an
+// rdma.LocalRegioner, as the verbs device is. Like the verbs cache it
+// keys a registration of buf[:cap(buf)] by where that memory ends, and
+// serves later slices ending there at their offset in it. held counts the
+// uses not yet released; fail makes every call fail.
+type cacheDev struct {
+	*trackDev
+	raw *loopback.Device
+
+	mu    sync.Mutex
+	byEnd map[uintptr]cacheEntry
+	held  int
+	calls int
+	fail  bool
+}
+
+type cacheEntry struct {
+	mr    rdma.MemoryRegion
+	start uintptr
+}
+
+var errNoRegistration = errors.New("test: no registration")
+
+func (d *cacheDev) CachedRegion(buf []byte) (rdma.MemoryRegion, int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.calls++
+	if d.fail {
+		return nil, 0, errNoRegistration
+	}
+	start := uintptr(unsafe.Pointer(&buf[0]))
+	end := start + uintptr(cap(buf))
+	if e, ok := d.byEnd[end]; ok && e.start <= start {
+		d.held++
+		return e.mr, int(start - e.start), nil
+	}
+	mr, err := d.raw.Register(buf[:cap(buf)], 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	d.byEnd[end] = cacheEntry{mr, start}
+	d.held++
+	return mr, 0, nil
+}
+
+func (d *cacheDev) ReleaseRegion(rdma.MemoryRegion) {
+	d.mu.Lock()
+	d.held--
+	d.mu.Unlock()
+}
+
+func (d *cacheDev) counts() (calls, held int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.calls, d.held
+}
+
+// newCacheEnv is newViewEnv on a device whose memory must be registered:
+// the real SCSI core, a 64 MiB RAM logical unit.
+func newCacheEnv(t *testing.T, fail bool) (*env, *cacheDev) {
+	t.Helper()
+	st := scsi.NewTarget(scsi.TargetConfig{})
+	lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: backstore.NewRAM(64 << 20), BlockSize: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.AddLUN(0, lu); err != nil {
+		t.Fatal(err)
+	}
+	var cd *cacheDev
+	e := newEnvDev(t, nil, scsiCore{st}, func(td *trackDev, raw *loopback.Device) rdma.Device {
+		cd = &cacheDev{trackDev: td, raw: raw, byEnd: map[uintptr]cacheEntry{}, fail: fail}
+		return cd
+	})
+	return e, cd
+}
+
+// readsThroughRegions writes a pattern over the first 2 MiB of the
+// logical unit, then reads ranges of it back: whole 64 KiB chunks and a
+// span of several (views that start at a chunk's beginning), ranges that
+// start inside a chunk (the same registration at an offset, or a first
+// one that a later read from the chunk's start widens), reads below
+// viewRegionMin (copied), and a never-written range (zeros). Every byte
+// read must be the pattern's, and once the responses are in, every region
+// taken must have been given back.
+func readsThroughRegions(t *testing.T, fail bool) {
+	e, cd := newCacheEnv(t, fail)
+	i := e.login(defaultLogin())
+	defer func() { _ = i.conn.Close() }()
+	i.tur(2) // power-on unit attention
+	const total = 2 << 20
+	want := make([]byte, total+(64<<10))
+	fill(want[:total], 41)
+	tag := uint64(100)
+	for off := 0; off < total; off += 512 << 10 {
+		b, d := i.buf(0, 512<<10)
+		copy(b, want[off:])
+		tag++
+		i.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x2a, uint32(off/512), 1024), DataOut: direct(d)})
+		checkGood(t, i.rspIU(), tag)
+	}
+	const chunk = backstore.RAMChunkSize
+	reads := []struct{ off, n int }{
+		{0, chunk},                          // one chunk from its start
+		{chunk, 1 << 20},                    // 16 chunks
+		{5 * 4096, chunk},                   // chunks 0 and 1: an offset in chunk 0's region
+		{17*chunk + 3*4096 + 512, 96 << 10}, // from inside chunk 17
+		{17 * chunk, chunk},                 // chunk 17 from its start: a wider region
+		{20*chunk + 512, chunk},             // across chunks 20 and 21
+		{(127 << 10), 2048},                 // below viewInMin: copied
+		{(60 << 10), 8 << 10},               // below viewRegionMin: copied
+		{total, chunk},                      // never written: zeros
+	}
+	for _, r := range reads {
+		b, d := i.buf(1<<20, r.n)
+		clear(b)
+		for k := range b {
+			b[k] = 0xee
+		}
+		tag++
+		i.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x28, uint32(r.off/512), uint16(r.n/512)), DataIn: direct(d)})
+		checkGood(t, i.rspIU(), tag)
+		if !bytes.Equal(b, want[r.off:r.off+r.n]) {
+			t.Fatalf("READ of [%d,+%d): data differs from what was written", r.off, r.n)
+		}
+	}
+	calls, held := cd.counts()
+	if calls < len(reads)-2 {
+		t.Errorf("%d CachedRegion calls for %d reads of viewRegionMin or more", calls, len(reads)-2)
+	}
+	// The command is freed after its response is posted; give the channel
+	// a moment.
+	for deadline := time.Now().Add(2 * time.Second); held != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		_, held = cd.counts()
+	}
+	if held != 0 {
+		t.Errorf("%d cached regions never released", held)
+	}
+}
+
+// Data-in on a device without local regions goes out of the RAM logical
+// unit's memory through the device's region cache, at the offsets it
+// gives.
+func TestDataInFromCachedRegions(t *testing.T) { readsThroughRegions(t, false) }
+
+// When the cache cannot register (locked-memory limit), the data-in is
+// copied into the command's buffer instead: the same bytes arrive.
+func TestDataInCopiedWhenNoRegion(t *testing.T) { readsThroughRegions(t, true) }
