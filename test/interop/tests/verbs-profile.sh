@@ -1,0 +1,84 @@
+#!/bin/bash
+# summary: guest CPU per I/O of srptd-verbs and of LIO on rxe0 (fio 4 KiB randread QD32, 1 MiB read QD4), and a Go CPU profile of srptd-verbs in each
+# timeout: 900
+# Not a pass/fail comparison. For each target and job it logs the guest's
+# busy CPU time per I/O (all CPUs, /proc/stat: initiator, rxe and target
+# together) and, for srptd-verbs, the process's own share
+# (/proc/PID/stat) and its pprof CPU profile, left beside the logs as
+# srptd-verbs-NAME.http (the profile is the body after the header's blank
+# line; see perf-profile.sh to extract it).
+. /gosrp/suite/guest/lib.sh
+command -v srptd-verbs >/dev/null || skip "srptd-verbs not built"
+ulimit -l unlimited
+SECS=${PERF_SECONDS:-12}
+PORT=5556
+ADDR=$RXE_IP:$PORT
+
+rxe_up || die "rxe0 did not come up"
+wait_for 100 grep -qx '0000:0000:0000:0000:0000:ffff:c000:0201' /sys/class/infiniband/rxe0/ports/1/gids/* ||
+	die "rxe0 has no GID for $RXE_IP"
+cat >"$RUN/srptd.toml" <<TOML
+[target]
+demo_mode = true
+
+[[port]]
+name = "rxe"
+transport = "verbs"
+device = "rxe0"
+listen = ["$ADDR"]
+
+[[lun]]
+lun = 0
+name = "ram0"
+backstore = "ram"
+size = "256MiB"
+TOML
+srptd-verbs -config "$RUN/srptd.toml" --pprof 127.0.0.1:6060 >"$RUN/srptd.log" 2>&1 &
+SRPTD_PID=$!
+wait_for 600 grep -q '^login_info: ' "$RUN/srptd.log" || { cat "$RUN/srptd.log"; die "srptd-verbs printed no login_info"; }
+lio_start 256 rxe0 || die "LIO ib_srpt setup failed"
+guid=$(lio_guid)
+
+busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # user nice system irq softirq, jiffies
+pcpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+# job TARGET NAME FIO-ARGS...: fio runs SECS s; CPU is counted over it, the
+# profile (srptd only) over SECS-4 s of it.
+job() {
+	local t=$1 name=$2 pid b0 b1 p0 p1 ios
+	shift 2
+	b0=$(busy); p0=$(pcpu $SRPTD_PID)
+	fio --name="$t-$name" "${common[@]}" --runtime="$SECS" --time_based \
+		--output-format=normal,terse --terse-version=3 "$@" >"$RUN/fio-$t-$name.txt" 2>&1 &
+	pid=$!
+	if [ "$t" = srptd ]; then
+		sleep 2
+		if exec 3<>/dev/tcp/127.0.0.1/6060; then
+			printf 'GET /debug/pprof/profile?seconds=%d HTTP/1.0\r\nHost: x\r\n\r\n' $((SECS - 4)) >&3
+			cat <&3 >"$RUN/srptd-verbs-$name.http"
+			exec 3<&-
+		fi
+	fi
+	wait $pid || fail "fio $t-$name"
+	b1=$(busy); p1=$(pcpu $SRPTD_PID)
+	# terse v3: field 8 read IOPS, field 9 read runtime (ms)
+	ios=$(grep '^3;' "$RUN/fio-$t-$name.txt" | tail -1 | awk -F';' '{printf "%d", $8 * $9 / 1000}')
+	grep -E 'IOPS=' "$RUN/fio-$t-$name.txt" | sed 's/^/  /'
+	awk -v t="$t" -v n="$name" -v ios="$ios" -v b="$((b1 - b0))" -v p="$((p1 - p0))" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+		if (ios > 0) printf "%s %s: %d I/Os, guest CPU %.1f us per I/O, srptd-verbs process %.1f us per I/O\n", t, n, ios, b * 1e6 / hz / ios, p * 1e6 / hz / ios }' |
+		while read -r l; do log "$l"; done
+}
+measure() { # NAME PORT
+	local t=$1 disk
+	disk=$(srp_login rxe0 "$(srp_string rxe0 "$guid" "$guid" "$RXE_IP:$2")") || { fail "login to $t"; return; }
+	common=(--filename="$disk" --direct=1 --ioengine=libaio --size=256M)
+	fio_run $t-fill "${common[@]}" --rw=write --bs=1M --iodepth=4 || fail "$t fill"
+	job $t randread --rw=randread --bs=4k --iodepth=32
+	job $t read --rw=read --bs=1M --iodepth=4
+	check "$t logout" srp_logout
+}
+measure srptd $PORT
+measure lio $LIO_PORT
+kill -TERM $SRPTD_PID
+wait $SRPTD_PID
+finish
