@@ -126,6 +126,7 @@ func readsThroughRegions(t *testing.T, fail bool) {
 		{20*chunk + 512, chunk},             // across chunks 20 and 21
 		{(127 << 10), 2048},                 // below viewInMin: copied
 		{(60 << 10), 8 << 10},               // below viewRegionMin: copied
+		{(90 << 10), 48 << 10},              // ib_srp's 12 pages: from the backstore
 		{total, chunk},                      // never written: zeros
 	}
 	for _, r := range reads {
