@@ -120,17 +120,28 @@ func lunSection(r adminapi.NewLUN) (LUNSection, error) {
 // 108 bytes with the terminating NUL).
 const maxSocketPath = 107
 
-func startAdmin(path string, d *daemon, log *slog.Logger) (*adminServer, error) {
+// adminSocketFree: path is free for startAdmin: missing, or a socket
+// nobody answers on (left over from an earlier run, which startAdmin
+// replaces); never a file or a socket another srptd serves.
+func adminSocketFree(path string) error {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket == 0 {
 		// Never replace what is not a socket (a typo naming a file).
-		return nil, fmt.Errorf("%s exists and is not a unix socket", path)
+		return fmt.Errorf("%s exists and is not a unix socket", path)
 	} else if err == nil {
-		// A socket nobody answers on is left over from an earlier run.
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
 			c.Close()
-			return nil, errors.New("another srptd is serving this admin socket")
+			return errors.New("another srptd is serving this admin socket")
 		}
-		_ = os.Remove(path)
+	}
+	return nil
+}
+
+func startAdmin(path string, d *daemon, log *slog.Logger) (*adminServer, error) {
+	if err := adminSocketFree(path); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path) // left over from an earlier run
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {

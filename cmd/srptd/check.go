@@ -44,7 +44,8 @@ func checkStart(ctx context.Context, cfg *Config, org origin, dataDir, pprof str
 	d := newDaemon(cfg, org, dataDir, nil, io.Discard, log)
 	var opened []lunFile
 	for i, l := range cfg.LUNs {
-		add(d.checkLUN(fmt.Sprintf("lun[%d]", i), l, &opened))
+		field := fmt.Sprintf("lun[%d]", i)
+		add(d.checkLUN(field, field, l, &opened))
 	}
 	add(checkListeners(ctx, cfg, log))
 	if a := cfg.Metrics.Listen; a != "" {
@@ -62,6 +63,30 @@ func checkStart(ctx context.Context, cfg *Config, org origin, dataDir, pprof str
 	} else if socket := filepath.Join(dataDir, "srptd.sock"); dataDir != "" && len(socket) <= maxSocketPath {
 		if err := checkAdminSocket(socket, dataDir); err != nil {
 			add(fmt.Errorf("admin socket %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// preflight is what a start checks of checkStart once its addresses are
+// bound and before it creates anything on disk (the data directory, its
+// lock, identity.json, LUN images, the admin socket): each file or block
+// LUN's path and the admin socket, changing nothing, with the errors the
+// start would meet later. A start that fails on one of them then leaves
+// nothing behind.
+func (d *daemon) preflight() error {
+	var errs []error
+	var opened []lunFile
+	for i, l := range d.cfg.LUNs {
+		if err := d.checkLUN(fmt.Sprintf("lun[%d]", i), fmt.Sprintf("LUN %d", *l.LUN), l, &opened); err != nil {
+			errs = append(errs, d.cfg.explain(err))
+		}
+	}
+	if socket := d.adminSocketPath(); socket != "" {
+		if err := adminSocketFree(socket); err != nil {
+			errs = append(errs, fmt.Errorf("admin socket %s: %w", socket, err))
+		} else if err := checkAdminSocket(socket, d.dataDir); err != nil {
+			errs = append(errs, fmt.Errorf("admin socket %w", err))
 		}
 	}
 	return errors.Join(errs...)
@@ -118,14 +143,15 @@ func checkCreatable(path, what string, parents bool) error {
 // lunFile is a backstore path an earlier LUN of the configuration uses:
 // fi of an existing file, or the cleaned path of one the start creates.
 type lunFile struct {
-	field string
+	field string // the LUN as "already the backstore of" names it
 	fi    os.FileInfo
 	path  string
 }
 
 // checkLUN opens what attachLUN opens for sec, read-only where attachLUN
-// would create or resize, and closes it again.
-func (d *daemon) checkLUN(field string, sec LUNSection, opened *[]lunFile) error {
+// would create or resize, and closes it again. A later LUN on the same
+// path is told it is already the backstore of name.
+func (d *daemon) checkLUN(field, name string, sec LUNSection, opened *[]lunFile) error {
 	if sec.Backstore != "file" && sec.Backstore != "block" {
 		return nil
 	}
@@ -151,7 +177,7 @@ func (d *daemon) checkLUN(field string, sec LUNSection, opened *[]lunFile) error
 				return ferr(field+".path", "%v", err)
 			}
 		}
-		*opened = append(*opened, lunFile{field: field, path: filepath.Clean(path)})
+		*opened = append(*opened, lunFile{field: name, path: filepath.Clean(path)})
 		return nil
 	}
 	if err != nil {
@@ -169,7 +195,7 @@ func (d *daemon) checkLUN(field string, sec LUNSection, opened *[]lunFile) error
 			return ferr(field+".path", "%s is already the backstore of %s", path, o.field)
 		}
 	}
-	*opened = append(*opened, lunFile{field: field, fi: fi})
+	*opened = append(*opened, lunFile{field: name, fi: fi})
 	if name, ok := d.ownFile(fi); ok {
 		return ferr(field+".path", "%s is srptd's own %s, not a backstore", path, name)
 	}

@@ -219,6 +219,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 		}
 		defer stopProf()
 	}
+	// A LUN path or admin socket a start cannot use stops it here, before
+	// it creates anything on disk, as an address in use does.
+	if err := d.preflight(); err != nil {
+		return err
+	}
 	if dataDir != "" {
 		if err := os.MkdirAll(dataDir, 0o700); err != nil {
 			return fmt.Errorf("data directory: %w", err)
@@ -240,13 +245,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	// The admin socket is made before the SRP ports serve, so an error
 	// in it stops srptd before any initiator can log in.
 	var adminSocket string
-	socket := cfg.Admin.Socket
-	if socket == "" && dataDir != "" {
-		socket = filepath.Join(dataDir, "srptd.sock")
-		if len(socket) > maxSocketPath {
-			log.Warn("no admin API: the data directory's path is too long for a unix socket; set admin.socket", "socket", socket)
-			socket = ""
-		}
+	socket := d.adminSocketPath()
+	if socket == "" && cfg.Admin.Socket == "" && dataDir != "" {
+		log.Warn("no admin API: the data directory's path is too long for a unix socket; set admin.socket", "socket", filepath.Join(dataDir, "srptd.sock"))
 	}
 	if socket != "" {
 		admin, err := startAdmin(socket, d, log)
@@ -294,6 +295,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, started f
 	d.stopListening()
 	d.drain(sctx)
 	return nil
+}
+
+// adminSocketPath is the admin socket srptd makes: admin.socket, else
+// srptd.sock in the data directory; "" for none (no data directory, or its
+// path too long for a unix socket).
+func (d *daemon) adminSocketPath() string {
+	if s := d.cfg.Admin.Socket; s != "" {
+		return s
+	}
+	if d.dataDir == "" {
+		return ""
+	}
+	if s := filepath.Join(d.dataDir, "srptd.sock"); len(s) <= maxSocketPath {
+		return s
+	}
+	return ""
 }
 
 // reload applies the login policy (demo_mode and the ACLs) of the

@@ -3,7 +3,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -150,5 +153,43 @@ func TestListenAddressInUse(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(adminDir); err != nil || len(ents) != 0 {
 		t.Errorf("admin socket directory after the failed start: %v %v", ents, err)
+	}
+}
+
+// TestStartErrorLeavesNothing: a start that fails on a LUN path (a file
+// LUN in a missing directory; a missing block device after a file LUN the
+// start would create) or on the admin socket's directory stops before it
+// creates anything: no data directory, lock, identity.json or LUN image.
+func TestStartErrorLeavesNothing(t *testing.T) {
+	dir := t.TempDir()
+	cfg := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("[target]\ndemo_mode = true\n"+body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	missingDir := cfg("missing-dir.toml", "[[lun]]\nlun = 0\nbackstore = \"file\"\npath = \""+filepath.Join(dir, "no", "x.img")+"\"\nsize = \"1MiB\"\n")
+	noBlock := cfg("no-block.toml", "[[lun]]\nlun = 0\nbackstore = \"file\"\npath = \"l0.img\"\nsize = \"1MiB\"\n[[lun]]\nlun = 1\nbackstore = \"block\"\npath = \""+filepath.Join(dir, "no-such-device")+"\"\n")
+	for i, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", missingDir}, "lun[0].path"},
+		{[]string{"--config", noBlock}, "lun[1].path"},
+		{[]string{"--admin", filepath.Join(dir, "no", "srptd.sock")}, "admin socket"},
+	} {
+		data := filepath.Join(dir, fmt.Sprintf("data%d", i))
+		args := append([]string{"--data-dir", data, "--listen", "127.0.0.1:0"}, c.args...)
+		ctx, cancel := context.WithCancel(testCtx(t))
+		started := false
+		err := run(ctx, args, io.Discard, io.Discard, func(ready) { started = true; cancel() })
+		cancel()
+		if started || err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("srptd %v: started %v, error %v; want an error naming %s", args, started, err, c.want)
+		}
+		if ents, err := os.ReadDir(data); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("srptd %v: data directory left behind: %v %v", args, ents, err)
+		}
 	}
 }
