@@ -17,7 +17,9 @@ import (
 // add to the target string; for a missing ACL (0x10006, which ib_srpt
 // and srptd also use for a full channel limit), this initiator's port ID,
 // srptd's demo_mode that admits everyone, and the srpctl target acl add
-// line that admits this initiator. Other errors are returned as they are.
+// line that admits this initiator, unless a channel after the first was
+// refused: the target admitted the first, so its channel limit was met.
+// Other errors are returned as they are.
 func explainLoginReject(ctx context.Context, dev rdma.Device, o initiator.Options, timeout time.Duration, err error) error {
 	var rej *initiator.LoginRejectError
 	if !errors.As(err, &rej) {
@@ -35,6 +37,11 @@ func explainLoginReject(ctx context.Context, dev rdma.Device, o initiator.Option
 		}
 		return err
 	case srp.RejChannelLimitReached:
+		if rej.Channel > 0 {
+			// Channel 0 logged in, so the target admits this initiator:
+			// the limit is its channels per I_T nexus, not an ACL.
+			return fmt.Errorf("%w\nthe target admitted %d channel(s) of this session and refused the next: it allows no more per I_T nexus (srptd: max_channels in [target], 16 by default; channels other sessions of this initiator port hold count too); lower ch_count (bench: --channels) to %d or less", err, rej.Channel, rej.Channel)
+		}
 		ipi, _ := o.PortIDs()
 		return fmt.Errorf("%w\nthis initiator's port ID is 0x%x; if the target has no ACL for it, admit every initiator with demo_mode = true in the [target] section of srptd's configuration (or srptd --demo), or this one, on the target's host, with:\n  srpctl target acl add 0x%x", err, ipi, ipi)
 	}

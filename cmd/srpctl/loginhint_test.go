@@ -68,3 +68,39 @@ size = "1MiB"
 		t.Fatalf("login with the suggested max_it_iu_size: %v\n%s", err, out)
 	}
 }
+
+// TestLoginRejectChannelLimit: a login whose first channel the target
+// admits and a later one it refuses with 0x10006 (its channel limit per
+// I_T nexus, here srptd's max_channels = 2) names the limit and the
+// ch_count to use, not a missing ACL or demo_mode.
+func TestLoginRejectChannelLimit(t *testing.T) {
+	ctx := adminTestCtx(t)
+	cfg := filepath.Join(t.TempDir(), "srptd.toml")
+	if err := os.WriteFile(cfg, []byte(`
+[target]
+max_channels = 2
+demo_mode = true
+[[port]]
+listen = ["127.0.0.1:0"]
+[[lun]]
+lun = 0
+backstore = "ram"
+size = "1MiB"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := startSrptdArgs(t, ctx, "--config", cfg)
+	c := newLoginCmd()
+	var out bytes.Buffer
+	c.SetOut(&out)
+	c.SetErr(&out)
+	c.SetArgs([]string{info[0] + ",ch_count=3"})
+	err := c.ExecuteContext(ctx)
+	want := "the target admitted 2 channel(s) of this session and refused the next"
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "lower ch_count (bench: --channels) to 2 or less") {
+		t.Fatalf("login with ch_count=3: %v\nwant %q", err, want)
+	}
+	if strings.Contains(err.Error(), "acl add") || strings.Contains(err.Error(), "demo_mode = true") {
+		t.Errorf("channel limit explained as a missing ACL: %v", err)
+	}
+}
