@@ -633,9 +633,11 @@ const (
 // one costs about what copying the chunk does, and small random reads
 // over a large logical unit would register at nearly every read (4 KiB
 // random reads over rxe spent 15 % of srptd's CPU time registering), so
-// they are copied. Linux ib_srp cuts a 1 MiB read into commands of 48 KiB
-// (12 pages, its cmd_sg_entries default) where the pages are scattered:
-// those go from the backstore. Over soft-RoCE (rxe, in a 2-CPU guest)
+// they are copied. At 64 KiB, a fifth of srptd's CPU time during 1 MiB
+// reads from Linux ib_srp over rxe was still ReadAt's copy: ib_srp sent
+// part of them as smaller commands (its descriptors cover at most
+// cmd_sg_entries, 12 by default, pieces of scattered memory), and those go
+// from the backstore too now. Over soft-RoCE (rxe, in a 2-CPU guest)
 // 1 MiB reads took 17 instead of 31 ms of srptd's CPU time per I/O, half
 // of it the copy (docs/PERFORMANCE.md).
 const viewRegionMin = 32 << 10
