@@ -140,7 +140,9 @@ type Viewer interface {
 type WriteViewer interface {
 	// WriteView appends to views the slices of the backstore's memory that
 	// hold the length bytes at byte offset off, in order (their lengths
-	// sum to length), and returns the extended list. The range counts as
+	// sum to length), and returns the extended list. A slice's capacity
+	// may run past its length, as View's may; the caller writes no byte
+	// there. The range counts as
 	// written from this call on (AllocationStatus reports it mapped); the
 	// caller fills every slice, and until it has, reads of the range may
 	// return any mix of the old and the new bytes. The slices stay valid

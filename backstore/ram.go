@@ -141,14 +141,15 @@ func (r *RAM) View(views [][]byte, off, length int64) ([][]byte, error) {
 
 // WriteView implements WriteViewer: one slice per chunk the range
 // touches (at most RAMChunkSize bytes each); chunks never written are
-// allocated (zeroed) and the range's pages marked written.
+// allocated (zeroed) and the range's pages marked written. As with View,
+// each slice's capacity runs to the end of its chunk.
 func (r *RAM) WriteView(views [][]byte, off, length int64) ([][]byte, error) {
 	err := r.walk(off, length, true, func(ci int64, c *ramChunk, co, m, _ int64) {
 		if c == nil {
 			c = newRAMChunk()
 			r.chunks[ci].Store(c)
 		}
-		views = append(views, c.data[co:co+m:co+m])
+		views = append(views, c.data[co:co+m])
 		c.markWritten(co, m)
 	})
 	return views, err

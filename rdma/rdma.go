@@ -374,8 +374,9 @@ type LocalRegioner interface {
 // per transfer (the role of a registration cache in user-space RDMA
 // stacks; LIO's rd_mcp needs none, its pages being the kernel's).
 type RegionCache interface {
-	// CachedRegion returns a region with local access rights that holds
-	// buf, and buf's byte offset in it. The region may cover all of
+	// CachedRegion returns a region with local access rights (reads, and
+	// writes as an RDMA READ's sink) that holds buf, and buf's byte offset
+	// in it. The region may cover all of
 	// buf[:cap(buf)]: the device keeps that memory referenced, so it
 	// stays valid and registered while cached. Each successful call must
 	// be matched by one ReleaseRegion once the work requests using the

@@ -62,7 +62,9 @@ func (d *Device) CachedRegion(buf []byte) (rdma.MemoryRegion, int, error) {
 		// (Close): a new registration replaces it.
 		rc.dropLocked(e)
 	}
-	m, err := d.Register(buf[:cap(buf)], 0)
+	// Local write: the region may be an RDMA READ's sink (a WRITE's
+	// data-out placed into a RAM backstore). No remote rights.
+	m, err := d.Register(buf[:cap(buf)], rdma.AccessLocalWrite)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -251,7 +251,7 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 	// memory, fetched once the core has enabled the command: one memory
 	// copy of the data less. Check says whether it does.
 	df := iu.DataOut.Format
-	sc.ViewOut = c.local != nil && cmd.outLen >= viewOutMin &&
+	sc.ViewOut = (c.local != nil || c.regions != nil) && cmd.outLen >= viewOutMin &&
 		(df == srp.DescDirect || df == srp.DescIndirect) && !iu.DataOut.External()
 	res, ok := c.nx.sess.Check(sc)
 	if !ok {
@@ -559,15 +559,28 @@ func (c *channel) fetchViews(cmd *command) {
 		return
 	}
 	cur := viewCursor{views: cmd.sc.DataOutViews}
+	if c.local == nil {
+		if c.viewRegions(cmd, cmd.sc.DataOutViews) {
+			cur.mrs, cur.offs = cmd.viewMRs, cmd.viewOffs
+		} else if !c.bounceOut(cmd) {
+			c.endFetch(cmd, false)
+			return
+		}
+	}
 	maxSGE := c.viewSGELimit()
 	cmd.sges, cmd.wrs, cmd.sgeAt = cmd.sges[:0], cmd.wrs[:0], cmd.sgeAt[:0]
 	left := cmd.fetch
 	for _, d := range cmd.out {
-		for done := 0; done < int(d.Len) && left > 0 && cur.more(); {
+		for done := 0; done < int(d.Len) && left > 0 && (cmd.outMR != nil || cur.more()); {
 			k := min(int(d.Len)-done, c.cfg.MaxRDMASize, left)
 			cmd.sgeAt = append(cmd.sgeAt, len(cmd.sges))
 			var got int
-			cmd.sges, got = cur.take(c.local, cmd.sges, k, maxSGE)
+			if cmd.outMR != nil {
+				cmd.sges = append(cmd.sges, rdma.SGE{MR: cmd.outMR, Offset: cmd.fetch - left, Length: k})
+				got = k
+			} else {
+				cmd.sges, got = cur.take(c.local, cmd.sges, k, maxSGE)
+			}
 			cmd.wrs = append(cmd.wrs, rdma.SendWR{
 				Op:       rdma.OpRDMARead,
 				Remote:   rdma.RemoteAddr{Addr: d.VA + uint64(done), RKey: d.Key},
@@ -600,6 +613,13 @@ func (c *channel) fetchViews(cmd *command) {
 func (c *channel) endFetch(cmd *command, ok bool) {
 	if ok {
 		c.stats.writeBytes.Add(uint64(cmd.fetch))
+		if cmd.outMR != nil {
+			// Fetched into a buffer (bounceOut): now into the views.
+			b := cmd.outMR.Bytes()[:cmd.fetch]
+			for _, v := range cmd.sc.DataOutViews {
+				b = b[copy(v, b):]
+			}
+		}
 	}
 	c.advance(cmd, cmdExec)
 	res, inline := cmd.sc.DataOutPlaced(ok)
@@ -696,9 +716,14 @@ func (c *channel) dataInWrites(cmd *command, n int) {
 	cur := viewCursor{views: cmd.sc.DataInViews}
 	fromViews := len(cur.views) > 0
 	if fromViews && c.local == nil {
-		if c.viewRegions(cmd, n) {
+		if c.viewRegions(cmd, cur.views) {
 			cur.mrs, cur.offs = cmd.viewMRs, cmd.viewOffs
 		} else {
+			// Copied into the command's buffer instead.
+			got := 0
+			for _, v := range cur.views {
+				got += copy(cmd.dataIn[got:n], v)
+			}
 			fromViews = false
 		}
 	}
@@ -731,25 +756,40 @@ func (c *channel) dataInWrites(cmd *command, n int) {
 	cmd.wrs = slices.Grow(cmd.wrs, 1)
 }
 
-// viewRegions takes cached registrations (channel.regions) of the views
-// holding cmd's n bytes of data-in into cmd.viewMRs. When one fails (the
-// locked-memory limit, say) it gives back those taken, copies the data
-// into the command's buffer instead and returns false.
-func (c *channel) viewRegions(cmd *command, n int) bool {
-	for _, v := range cmd.sc.DataInViews {
+// viewRegions takes cached registrations (channel.regions) of views, the
+// backstore memory of cmd's data-in or data-out, into cmd.viewMRs. When
+// one fails (the locked-memory limit, say) it gives back those taken and
+// returns false: the caller moves the data through a buffer.
+func (c *channel) viewRegions(cmd *command, views [][]byte) bool {
+	for _, v := range views {
 		mr, off, err := c.regions.CachedRegion(v)
 		if err != nil {
 			cmd.releaseRegions()
-			c.log.Debug("data-in copied: no registration of the backstore's memory", "err", err)
-			got := 0
-			for _, v := range cmd.sc.DataInViews {
-				got += copy(cmd.dataIn[got:n], v)
-			}
+			c.log.Debug("data copied: no registration of the backstore's memory", "err", err)
 			return false
 		}
 		cmd.viewMRs = append(cmd.viewMRs, mr)
 		cmd.viewOffs = append(cmd.viewOffs, off)
 	}
+	return true
+}
+
+// bounceOut gives a WRITE whose data-out goes into the backstore's memory
+// a buffer to fetch it into when the views could not be registered; the
+// data is copied into the views when the fetch ends (endFetch). The data
+// memory taken for the views goes to the buffer. It reports false when
+// there is no buffer either: the fetch fails.
+func (c *channel) bounceOut(cmd *command) bool {
+	if cmd.viewMem > 0 {
+		c.port.releaseData(cmd.viewMem)
+		cmd.viewMem = 0
+	}
+	mr, err := c.getBuf(cmd.fetch)
+	if err != nil {
+		c.log.Warn("no buffer for data-out", "tag", cmd.tag, "err", err)
+		return false
+	}
+	cmd.outMR = mr
 	return true
 }
 

@@ -51,7 +51,7 @@ func (d *cacheDev) CachedRegion(buf []byte) (rdma.MemoryRegion, int, error) {
 		d.held++
 		return e.mr, int(start - e.start), nil
 	}
-	mr, err := d.raw.Register(buf[:cap(buf)], 0)
+	mr, err := d.raw.Register(buf[:cap(buf)], rdma.AccessLocalWrite)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -93,7 +93,10 @@ func newCacheEnv(t *testing.T, fail bool) (*env, *cacheDev) {
 }
 
 // readsThroughRegions writes a pattern over the first 2 MiB of the
-// logical unit, then reads ranges of it back: whole 64 KiB chunks and a
+// logical unit (WRITEs of 32 KiB or more: placed into the RAM chunks
+// through the cache's regions, or fetched into a buffer and copied there
+// when the cache fails), and a 40 KiB WRITE from inside a chunk over it,
+// then reads ranges of it back: whole 64 KiB chunks and a
 // span of several (views that start at a chunk's beginning), ranges that
 // start inside a chunk (the same registration at an offset, or a first
 // one that a later read from the chunk's start widens), reads below
@@ -117,6 +120,15 @@ func readsThroughRegions(t *testing.T, fail bool) {
 		checkGood(t, i.rspIU(), tag)
 	}
 	const chunk = backstore.RAMChunkSize
+	{
+		off := 30*chunk + 3*4096
+		fill(want[off:off+40<<10], 99)
+		b, d := i.buf(0, 40<<10)
+		copy(b, want[off:])
+		tag++
+		i.sendIU(&srp.Cmd{Tag: tag, CDB: cdb10(0x2a, uint32(off/512), 80), DataOut: direct(d)})
+		checkGood(t, i.rspIU(), tag)
+	}
 	reads := []struct{ off, n int }{
 		{0, chunk},                          // one chunk from its start
 		{chunk, 1 << 20},                    // 16 chunks
@@ -128,6 +140,7 @@ func readsThroughRegions(t *testing.T, fail bool) {
 		{(60 << 10), 8 << 10},               // below viewRegionMin: copied
 		{(90 << 10), 48 << 10},              // ib_srp's 12 pages: from the backstore
 		{total, chunk},                      // never written: zeros
+		{29 * chunk, 3 * chunk},             // around the 40 KiB WRITE
 	}
 	for _, r := range reads {
 		b, d := i.buf(1<<20, r.n)
@@ -159,9 +172,10 @@ func readsThroughRegions(t *testing.T, fail bool) {
 
 // Data-in on a device without local regions goes out of the RAM logical
 // unit's memory through the device's region cache, at the offsets it
-// gives.
+// gives, and data-out goes into it the same way.
 func TestDataInFromCachedRegions(t *testing.T) { readsThroughRegions(t, false) }
 
 // When the cache cannot register (locked-memory limit), the data-in is
-// copied into the command's buffer instead: the same bytes arrive.
+// copied into the command's buffer, and the data-out fetched into one and
+// copied into the logical unit: the same bytes arrive.
 func TestDataInCopiedWhenNoRegion(t *testing.T) { readsThroughRegions(t, true) }
