@@ -1,5 +1,5 @@
 #!/bin/bash
-# summary: guest CPU per I/O of srptd-verbs and of LIO on rxe0 (fio 4 KiB randread QD32, 1 MiB read QD4), and a Go CPU profile of srptd-verbs in each
+# summary: guest CPU per I/O of srptd-verbs and of LIO on rxe0 (fio 4 KiB randread QD32, 1 MiB read QD4, 1 MiB write QD4), and a Go CPU profile of srptd-verbs in each
 # timeout: 900
 # Not a pass/fail comparison. For each target and job it logs the guest's
 # busy CPU time per I/O (all CPUs, /proc/stat: initiator, rxe and target
@@ -61,8 +61,9 @@ job() {
 	fi
 	wait $pid || fail "fio $t-$name"
 	b1=$(busy); p1=$(pcpu $SRPTD_PID)
-	# terse v3: field 8 read IOPS, field 9 read runtime (ms)
-	ios=$(grep '^3;' "$RUN/fio-$t-$name.txt" | tail -1 | awk -F';' '{printf "%d", $8 * $9 / 1000}')
+	# terse v3: fields 8 and 9 read IOPS and runtime (ms), 49 and 50 the
+	# same of writes
+	ios=$(grep '^3;' "$RUN/fio-$t-$name.txt" | tail -1 | awk -F';' '{printf "%d", $8 * $9 / 1000 + $49 * $50 / 1000}')
 	grep -E 'IOPS=' "$RUN/fio-$t-$name.txt" | sed 's/^/  /'
 	awk -v t="$t" -v n="$name" -v ios="$ios" -v b="$((b1 - b0))" -v p="$((p1 - p0))" -v hz="$(getconf CLK_TCK)" 'BEGIN {
 		if (ios > 0) printf "%s %s: %d I/Os, guest CPU %.1f us per I/O, srptd-verbs process %.1f us per I/O\n", t, n, ios, b * 1e6 / hz / ios, p * 1e6 / hz / ios }' |
@@ -75,6 +76,7 @@ measure() { # NAME PORT
 	fio_run $t-fill "${common[@]}" --rw=write --bs=1M --iodepth=4 || fail "$t fill"
 	job $t randread --rw=randread --bs=4k --iodepth=32
 	job $t read --rw=read --bs=1M --iodepth=4
+	job $t write --rw=write --bs=1M --iodepth=4
 	check "$t logout" srp_logout
 }
 measure srptd $PORT
