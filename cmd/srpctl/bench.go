@@ -124,6 +124,9 @@ func newBenchCmd() *cobra.Command {
 			}
 			bs := int(bs64)
 			switch {
+			case bs == 0:
+				// Checked again against the LUN's block size after login.
+				return errors.New("--bs 0: an I/O needs at least one logical block (512 bytes or more)")
 			case qd < 1:
 				return fmt.Errorf("--qd %d: at least 1 I/O in flight", qd)
 			case int64(qd) > maxBenchBuffers/(2*max(int64(bs), 1)):
@@ -206,8 +209,11 @@ func newBenchCmd() *cobra.Command {
 					return err
 				}
 				bsz := int(capy.BlockSize)
-				if bs%bsz != 0 || bs == 0 {
-					return fmt.Errorf("--bs %d is not a multiple of the %d-byte block", bs, bsz)
+				if bs < bsz {
+					return fmt.Errorf("--bs %d: less than one logical block of LUN %d (%d bytes); an I/O needs at least one", bs, tf.lun, bsz)
+				}
+				if bs%bsz != 0 {
+					return fmt.Errorf("--bs %d is not a multiple of LUN %d's %d-byte logical block", bs, tf.lun, bsz)
 				}
 				// Block limits (SBC-3 §6.6.4): a transfer above MAXIMUM
 				// TRANSFER LENGTH (bytes 8-11, blocks; 0: none stated)

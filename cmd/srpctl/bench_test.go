@@ -301,3 +301,28 @@ func benchOutput(ctx context.Context, args ...string) (string, error) {
 	err := c.ExecuteContext(ctx)
 	return out.String(), err
 }
+
+// TestBenchRefusesLessThanABlock: --bs 0 is refused before login (the
+// target string names no listener) as less than a logical block, not as
+// a non-multiple; against a LUN of 4096-byte blocks, a --bs of 512 is
+// refused naming the LUN's block size, and one of 6k as not a multiple.
+func TestBenchRefusesLessThanABlock(t *testing.T) {
+	ctx := adminTestCtx(t)
+	_, err := benchOutput(ctx, "id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--bs", "0")
+	if want := "--bs 0: an I/O needs at least one logical block (512 bytes or more)"; err == nil || err.Error() != want {
+		t.Errorf("--bs 0: %v, want %q", err, want)
+	}
+
+	info, data := startSrptd(t, ctx)
+	if out, err := srpctl(ctx, filepath.Join(data, "srptd.sock"), "lun", "add", "--lun", "1", "--backstore", "ram", "--size", "16MiB", "--block-size", "4096"); err != nil {
+		t.Fatalf("lun add: %v %s", err, out)
+	}
+	for bs, want := range map[string]string{
+		"512": "--bs 512: less than one logical block of LUN 1 (4096 bytes); an I/O needs at least one",
+		"6k":  "--bs 6144 is not a multiple of LUN 1's 4096-byte logical block",
+	} {
+		if out, err := benchOutput(ctx, info[0], "-l", "1", "--bs", bs, "--runtime", "300ms"); err == nil || err.Error() != want {
+			t.Errorf("--bs %s on 4096-byte blocks: %v, want %q\n%s", bs, err, want, out)
+		}
+	}
+}
