@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"os"
 	goruntime "runtime"
@@ -46,7 +47,7 @@ type benchResult struct {
 }
 
 // maxBenchBuffers bounds the data buffers bench allocates, bytes: two of
-// --bs per I/O in flight.
+// --bs per I/O in flight (one with --verify).
 const maxBenchBuffers = 1 << 30
 
 // maxBenchQDPerChannel is the most I/Os bench keeps in flight per RDMA
@@ -77,6 +78,23 @@ func checkCredits(qd int, s *initiator.Session) error {
 		return fmt.Errorf("--qd %d: more than the %d commands the target lets this session have in flight (%d channel(s) x %d; its req_lim is %d per channel); lower --qd, or raise --channels", qd, most, nch, li.CanQueue, li.ReqLimDelta)
 	}
 	return nil
+}
+
+// checkBenchBuffers refuses a run whose data buffers would exceed
+// maxBenchBuffers bytes: perIO buffers of bs bytes for each of qd I/Os in
+// flight (a timed run holds a data-in and a data-out buffer per I/O, a
+// --verify run one). qd, bs and perIO are at least 1.
+func checkBenchBuffers(qd, bs, perIO int) error {
+	if int64(qd) <= maxBenchBuffers/int64(perIO)/int64(bs) {
+		return nil
+	}
+	need := new(big.Int).Mul(big.NewInt(int64(qd)*int64(perIO)), big.NewInt(int64(bs)))
+	mib := strings.TrimSuffix(new(big.Rat).SetFrac(need, big.NewInt(1<<20)).FloatString(1), ".0")
+	what := "1 buffer per I/O"
+	if perIO == 2 {
+		what = "2 buffers per I/O (data-in and data-out)"
+	}
+	return fmt.Errorf("--qd %d x --bs %d x %s = %s MiB: more than the %d MiB of data buffers bench allocates at most; lower --qd or --bs", qd, bs, what, mib, maxBenchBuffers>>20)
 }
 
 // parseSize parses a byte count: a non-negative integer with an optional
@@ -129,9 +147,6 @@ func newBenchCmd() *cobra.Command {
 				return errors.New("--bs 0: an I/O needs at least one logical block (512 bytes or more)")
 			case qd < 1:
 				return fmt.Errorf("--qd %d: at least 1 I/O in flight", qd)
-			case int64(qd) > maxBenchBuffers/(2*max(int64(bs), 1)):
-				// Each I/O in flight holds a data-in and a data-out buffer.
-				return fmt.Errorf("--qd %d x --bs %d: more than the %d MiB of data buffers bench allocates at most; lower --qd or --bs", qd, bs, maxBenchBuffers>>20)
 			case runtime <= 0:
 				return fmt.Errorf("--runtime %v: must be positive", runtime)
 			case rwmix < 0 || rwmix > 100:
@@ -144,6 +159,19 @@ func newBenchCmd() *cobra.Command {
 				return errors.New("--verify-only checks an earlier --verify run: give its --verify-seed (and --loops, --bs, --size, --lun)")
 			}
 			verify = verify || verifyOnly
+			bufsPerIO := 2 // a data-in and a data-out buffer
+			if verify {
+				bufsPerIO = 1 // the pass's direction
+			}
+			if bs64 <= maxBenchBuffers/int64(bufsPerIO) {
+				// One I/O's buffers fit: --qd makes the excess, whatever
+				// the LUN. A --bs too large on its own is checked after
+				// login, after the LUN's maximum transfer length, which
+				// it usually exceeds too: the clearer reason.
+				if err := checkBenchBuffers(qd, bs, bufsPerIO); err != nil {
+					return err
+				}
+			}
 			if verify && cmd.Flags().Changed("runtime") {
 				// A verify pass covers the whole region however long it
 				// takes: cut short, it would check only part of it.
@@ -178,7 +206,7 @@ func newBenchCmd() *cobra.Command {
 			sectors := (int64(bs) + 511) / 512
 			switch {
 			case o.MaxSect == 0 && sectors > initiator.DefaultMaxSect:
-				o.MaxSect = int(sectors) // at most 1 GiB: maxBenchBuffers
+				o.MaxSect = int(sectors)
 			case o.MaxSect > 0 && sectors > int64(o.MaxSect):
 				return fmt.Errorf("--bs %d: above TARGET's max_sect %d x 512 bytes; raise it to max_sect=%d, or leave it out", bs, o.MaxSect, sectors)
 			}
@@ -222,6 +250,9 @@ func newBenchCmd() *cobra.Command {
 					if mt := binary.BigEndian.Uint32(b[8:]); mt > 0 && uint64(bs/bsz) > uint64(mt) {
 						return fmt.Errorf("--bs %d: above the LUN's maximum transfer length of %d blocks (%d bytes, VPD page B0h)", bs, mt, uint64(mt)*uint64(bsz))
 					}
+				}
+				if err := checkBenchBuffers(qd, bs, bufsPerIO); err != nil {
+					return err
 				}
 				region := int64(capy.Bytes())
 				if sizeStr != "" {
@@ -292,7 +323,7 @@ func newBenchCmd() *cobra.Command {
 	f.StringVar(&rw, "rw", "randread", "read, write, randread, randwrite, rw, randrw")
 	f.StringVar(&bsStr, "bs", "4k", "block size per I/O")
 	f.StringVar(&sizeStr, "size", "", "region of the LUN to use, from LBA 0, at most its capacity (default all)")
-	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth): at most what the target's credits allow over the channels (req_lim - 1 per channel; 127 with srptd's defaults), and 4096 per channel")
+	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth): at most what the target's credits allow over the channels (req_lim - 1 per channel; 127 with srptd's defaults), 4096 per channel, and 1 GiB of buffers (two of --bs per I/O, one with --verify)")
 	f.IntVar(&channels, "channels", 0, "RDMA channels, 1..255 (overrides ch_count; default: TARGET's ch_count, else min(4, CPUs))")
 	f.IntVar(&procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS; default: the smallest of --qd, the channel count and the CPU count)")
 	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")

@@ -105,7 +105,7 @@ func TestBenchSizeArguments(t *testing.T) {
 	c.SetOut(io.Discard)
 	c.SetErr(io.Discard)
 	c.SetArgs([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--qd", "100000", "--bs", "64k"})
-	want := "--qd 100000 x --bs 65536: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"
+	want := "--qd 100000 x --bs 65536 x 2 buffers per I/O (data-in and data-out) = 12500 MiB: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"
 	if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != want {
 		t.Errorf("bench --qd 100000 --bs 64k: %v, want %q", err, want)
 	}
@@ -120,6 +120,29 @@ func TestBenchSizeArguments(t *testing.T) {
 	}
 }
 
+// TestBenchBufferArithmetic: the refusal of too many buffers states their
+// true total: two of --bs per I/O of a timed run (exactly 1 GiB at --qd 1
+// and --bs 512m is within the limit, --bs 1g is 2048 MiB), one of a
+// --verify run.
+func TestBenchBufferArithmetic(t *testing.T) {
+	for _, tc := range []struct {
+		qd, bs, perIO int
+		want          string
+	}{
+		{1, 512 << 20, 2, ""},
+		{1, 1 << 30, 1, ""},
+		{1, 1 << 30, 2, "--qd 1 x --bs 1073741824 x 2 buffers per I/O (data-in and data-out) = 2048 MiB: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"},
+		{2, 1 << 30, 1, "--qd 2 x --bs 1073741824 x 1 buffer per I/O = 2048 MiB: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"},
+		{1 << 20, 1000, 2, "--qd 1048576 x --bs 1000 x 2 buffers per I/O (data-in and data-out) = 2000 MiB: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"},
+		{1 << 20, 1 << 62, 2, "--qd 1048576 x --bs 4611686018427387904 x 2 buffers per I/O (data-in and data-out) = 9223372036854775808 MiB: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"},
+	} {
+		err := checkBenchBuffers(tc.qd, tc.bs, tc.perIO)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != tc.want) {
+			t.Errorf("qd %d, bs %d, %d per I/O: %v, want %q", tc.qd, tc.bs, tc.perIO, err, tc.want)
+		}
+	}
+}
+
 // TestBenchRefusesAboveMaxTransfer: a --bs above the LUN's MAXIMUM
 // TRANSFER LENGTH (VPD page B0h; srptd's default is 8 MiB) is refused
 // before any I/O, naming the limit, instead of every command failing with
@@ -127,20 +150,18 @@ func TestBenchSizeArguments(t *testing.T) {
 func TestBenchRefusesAboveMaxTransfer(t *testing.T) {
 	ctx := adminTestCtx(t)
 	info, _ := startSrptd(t, ctx)
-	run := func(bs string) (string, error) {
-		c := newBenchCmd()
-		var out bytes.Buffer
-		c.SetOut(&out)
-		c.SetErr(&out)
-		c.SetArgs([]string{info[0] + ",max_sect=65535", "--bs", bs, "--qd", "1", "--runtime", "300ms", "--rw", "read"})
-		err := c.ExecuteContext(ctx)
-		return out.String(), err
+	run := func(target, bs string) (string, error) {
+		return benchOutput(ctx, target, "--bs", bs, "--qd", "1", "--runtime", "300ms", "--rw", "read")
 	}
-	out, err := run("16m")
-	if err == nil || !strings.Contains(err.Error(), "above the LUN's maximum transfer length") || !strings.Contains(err.Error(), "(8388608 bytes, VPD page B0h)") {
-		t.Fatalf("--bs 16m: %v\n%s", err, out)
+	// 1g at --qd 1 is also more than bench's buffers (two of --bs per
+	// I/O): the LUN's limit is the reason given, lowering --qd cannot help.
+	for _, tc := range []struct{ target, bs string }{{info[0] + ",max_sect=65535", "16m"}, {info[0], "1g"}} {
+		out, err := run(tc.target, tc.bs)
+		if err == nil || !strings.Contains(err.Error(), "above the LUN's maximum transfer length") || !strings.Contains(err.Error(), "(8388608 bytes, VPD page B0h)") {
+			t.Fatalf("--bs %s: %v\n%s", tc.bs, err, out)
+		}
 	}
-	if out, err := run("8m"); err != nil || !strings.Contains(out, " failed=0;") {
+	if out, err := run(info[0]+",max_sect=65535", "8m"); err != nil || !strings.Contains(out, " failed=0;") {
 		t.Fatalf("--bs 8m: %v\n%s", err, out)
 	}
 }
