@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/gosrp/gosrp/internal/adminapi"
 	"github.com/gosrp/gosrp/scsi"
 	"github.com/gosrp/gosrp/srp/target"
 )
@@ -195,8 +195,9 @@ type MetricsSection struct {
 	Listen string `toml:"listen,omitempty"` // host:port serving /metrics; empty: none
 }
 
-// Size is a byte count written as an integer or a string with a unit:
-// "8276", "64KiB", "1GiB", "1M" (powers of 1024).
+// Size is a byte count written as an integer or a string with a binary
+// unit: "8276", "64KiB", "1GiB", "1m", "1.5g" (adminapi.ParseSize: powers
+// of 1024).
 type Size int64
 
 // UnmarshalTOML implements toml.Unmarshaler.
@@ -212,7 +213,7 @@ func (s *Size) UnmarshalTOML(v any) error {
 		*s = Size(x)
 		return nil
 	case string:
-		n, err := ParseSize(x)
+		n, err := adminapi.ParseSize(x)
 		*s = Size(n)
 		return err
 	}
@@ -252,35 +253,13 @@ func (s Size) MarshalTOML() ([]byte, error) {
 
 // maxSize is the largest size accepted anywhere, in bytes (4 EiB): sums
 // and roundings of sizes stay within an int64.
-const maxSize = 1 << 62
+const maxSize = adminapi.MaxSize
 
 // maxRAMSize is the largest RAM backstore, in bytes. Its chunk table is
 // allocated up front (8 bytes per 64 KiB, 512 MiB for 4 TiB) even though
 // the data is sparse; 4 TiB still allows LUNs beyond the 2 TiB READ
 // CAPACITY(10) limit.
 const maxRAMSize = 4 << 40
-
-// ParseSize parses "4096", "64K", "64KiB", "1GiB", "1.5MiB" into bytes.
-func ParseSize(str string) (int64, error) {
-	t := strings.TrimSpace(str)
-	units := []struct {
-		suf string
-		mul int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}}
-	mul := int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(t, u.suf) {
-			t, mul = strings.TrimSpace(strings.TrimSuffix(t, u.suf)), u.mul
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f*float64(mul) > maxSize {
-		return 0, fmt.Errorf("bad size %q (want bytes or a number with KiB, MiB, GiB, TiB)", str)
-	}
-	return int64(f * float64(mul)), nil
-}
 
 // Duration is a time.Duration written as "10s", "1m30s".
 type Duration time.Duration

@@ -183,7 +183,7 @@ func TestConfigErrors(t *testing.T) {
 		{base + "[[lun]]\nlun=0\nbackstore=\"ram\"\n", "srptd.toml:3: lun[0].size: a ram backstore needs a size"},
 		{base + "[[lun]]\nlun=0\nbackstore=\"tape\"\nsize=1\n", `srptd.toml:5: lun[0].backstore: "tape" is not ram, file, block or rbd`},
 		{base + "[[lun]]\nbackstore=\"ram\"\nsize=\"1MiB\"\n", "srptd.toml:3: lun[0].lun: required (the LUN number, 0..16383)"},
-		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=\"1 parsec\"\n", `srptd.toml:10: lun[1].size: bad size "1 parsec" (want bytes or a number with KiB, MiB, GiB, TiB)`},
+		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=\"1 parsec\"\n", `srptd.toml:10: lun[1].size: bad size "1 parsec": want bytes, or a number with a binary unit in any case: k or KiB, m or MiB, g or GiB, t or TiB (powers of 1024; fractions too, as in 1.5g)`},
 		{base + ram + "[[lun]]\nlun=1\nbackstore=\"ram\"\nsize=\"1MiB\"\nblock_size=\"big\"\n", "srptd.toml:11: lun[1].block_size: incompatible types: TOML value has type string; destination has type integer"},
 		{base + "[[lun]]\nlun=0\nbackstore=\"file\"\n", "srptd.toml:3: lun[0].path: a file backstore needs a path"},
 		{base + ram + "\n[[lun]]\nlun = 1\nbackstore = \"ram\"\nsize = \"1MiB\"\n# comment\nblock_size = 3000\n", "srptd.toml:13: lun[1].block_size: 3000 is not 512, 1024, 2048 or 4096"},
@@ -312,11 +312,24 @@ func TestVerbsWithoutTag(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for s, want := range map[string]int64{"8276": 8276, "64KiB": 64 << 10, "1GiB": 1 << 30, "1.5MiB": 3 << 19, "2M": 2 << 20, "512B": 512} {
-		if got, err := ParseSize(s); err != nil || got != want {
-			t.Errorf("%s: %d %v, want %d", s, got, err, want)
+// TestSizeForms: a size key takes what srpctl's size flags take
+// (adminapi.ParseSize): the forms accepted before keep their meaning, the
+// lower-case short units (1g) and fractions of them are taken too, and an
+// SI unit (30GB) is refused naming the binary forms.
+func TestSizeForms(t *testing.T) {
+	for str, want := range map[string]Size{
+		"8276": 8276, "64KiB": 64 << 10, "1GiB": 1 << 30, "1.5MiB": 3 << 19, "2M": 2 << 20, "512B": 512, "64 KiB": 64 << 10, "1e3": 1000,
+		"1g": 1 << 30, "1gib": 1 << 30, "1.5g": 3 << 29, "64k": 64 << 10, "2t": 2 << 40,
+	} {
+		var got Size
+		if err := got.UnmarshalTOML(str); err != nil || got != want {
+			t.Errorf("%q: %d %v, want %d", str, got, err, want)
 		}
+	}
+	var got Size
+	want := `bad size "30GB": GB is a power of 1000 to some programs and of 1024 to others; write 30GiB or 30g for the power of 1024, or the bytes`
+	if err := got.UnmarshalTOML("30GB"); err == nil || err.Error() != want {
+		t.Errorf("30GB: %d %v, want %q", got, err, want)
 	}
 }
 

@@ -141,9 +141,10 @@ type NewLUN struct {
 	CephKeyring      string `json:"ceph_keyring,omitempty"`
 }
 
-// Size is a size in a request: bytes, or a number with a unit (KiB, MiB,
-// GiB, TiB: "64MiB"). It is sent as a JSON string; a JSON integer is taken
-// as bytes. The text is kept as given; srptd parses and checks it.
+// Size is a size in a request, in ParseSize's syntax: bytes, or a number
+// with a binary unit ("64MiB", "1.5g"). It is sent as a JSON string; a
+// JSON integer is taken as bytes. The text is kept as given; srptd parses
+// and checks it.
 type Size string
 
 // UnmarshalJSON takes a JSON string or integer.
