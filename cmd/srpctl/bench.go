@@ -7,18 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"math/big"
 	"math/rand/v2"
 	"os"
 	goruntime "runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/adminapi"
 	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/spf13/cobra"
@@ -97,30 +96,6 @@ func checkBenchBuffers(qd, bs, perIO int) error {
 	return fmt.Errorf("--qd %d x --bs %d x %s = %s MiB: more than the %d MiB of data buffers bench allocates at most; lower --qd or --bs", qd, bs, what, mib, maxBenchBuffers>>20)
 }
 
-// parseSize parses a byte count: a non-negative integer with an optional
-// binary suffix k/kib, m/mib, g/gib, t/tib (any case) or b.
-func parseSize(arg string) (int64, error) {
-	s := strings.ToLower(strings.TrimSpace(arg))
-	mult := int64(1)
-	for _, u := range []struct {
-		suf string
-		m   int64
-	}{{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40}, {"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40}, {"b", 1}} {
-		if strings.HasSuffix(s, u.suf) {
-			s, mult = strings.TrimSuffix(s, u.suf), u.m
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional k/m/g/t suffix", arg)
-	}
-	if n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("size %q: more than %d bytes", arg, int64(math.MaxInt64))
-	}
-	return n * mult, nil
-}
-
 func newBenchCmd() *cobra.Command {
 	var tf targetFlags
 	var rw, bsStr, sizeStr string
@@ -136,7 +111,7 @@ func newBenchCmd() *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		Short: "fio-like benchmark: random/sequential read/write, prints IOPS, bandwidth and latency percentiles",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			bs64, err := parseSize(bsStr)
+			bs64, err := adminapi.ParseSize(bsStr)
 			if err != nil {
 				return fmt.Errorf("--bs: %w", err)
 			}
@@ -256,7 +231,7 @@ func newBenchCmd() *cobra.Command {
 				}
 				region := int64(capy.Bytes())
 				if sizeStr != "" {
-					sz, err := parseSize(sizeStr)
+					sz, err := adminapi.ParseSize(sizeStr)
 					if err != nil {
 						return fmt.Errorf("--size: %w", err)
 					}
@@ -321,8 +296,8 @@ func newBenchCmd() *cobra.Command {
 	addTargetFlags(c, &tf, true)
 	f := c.Flags()
 	f.StringVar(&rw, "rw", "randread", "read, write, randread, randwrite, rw, randrw")
-	f.StringVar(&bsStr, "bs", "4k", "block size per I/O")
-	f.StringVar(&sizeStr, "size", "", "region of the LUN to use, from LBA 0, at most its capacity (default all)")
+	f.StringVar(&bsStr, "bs", "4k", "bytes per I/O, a whole number of logical blocks: "+adminapi.SizeSyntax)
+	f.StringVar(&sizeStr, "size", "", "bytes of the LUN to use, from LBA 0, at most its capacity (default all): "+adminapi.SizeSyntax)
 	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth): at most what the target's credits allow over the channels (req_lim - 1 per channel; 127 with srptd's defaults), 4096 per channel, and 1 GiB of buffers (two of --bs per I/O, one with --verify)")
 	f.IntVar(&channels, "channels", 0, "RDMA channels, 1..255 (overrides ch_count; default: TARGET's ch_count, else min(4, CPUs))")
 	f.IntVar(&procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS; default: the smallest of --qd, the channel count and the CPU count)")

@@ -76,47 +76,27 @@ func TestBenchStopsWhenLUNRemoved(t *testing.T) {
 	}
 }
 
-// TestBenchSizeArguments: sizes take k/m/g/t with or without "iB", an
-// overflowing or negative one is refused naming what was typed, and a
-// queue depth whose buffers would exceed 1 GiB is refused before login
-// (the target string names no listener) instead of allocating them.
+// TestBenchSizeArguments: --bs and --size take adminapi.ParseSize's
+// forms (fractions of binary units too), a bad one is refused naming its
+// flag, and a queue depth whose buffers would exceed 1 GiB is refused
+// before login (the target string names no listener) instead of
+// allocating them.
 func TestBenchSizeArguments(t *testing.T) {
+	ctx := adminTestCtx(t)
 	for _, tc := range []struct {
-		in   string
-		want int64
-		err  string
+		args []string
+		want string
 	}{
-		{"4k", 4 << 10, ""},
-		{"1TiB", 1 << 40, ""},
-		{"2t", 2 << 40, ""},
-		{"-4k", 0, `size "-4k": want a number with an optional k/m/g/t suffix`},
-		{"99999999999g", 0, `size "99999999999g": more than 9223372036854775807 bytes`},
+		{[]string{"--qd", "100000", "--bs", "64k"}, "--qd 100000 x --bs 65536 x 2 buffers per I/O (data-in and data-out) = 12500 MiB: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"},
+		{[]string{"--qd", "1000000", "--bs", "1.5k"}, "--qd 1000000 x --bs 1536 x 2 buffers per I/O (data-in and data-out) = 2929.7 MiB: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"},
+		{[]string{"--bs", "1e99"}, `--bs: bad size "1e99": more than 4 EiB`},
+		{[]string{"--bs", "-4k"}, `--bs: bad size "-4k": negative`},
+		{[]string{"--bs", "4kB"}, `--bs: bad size "4kB": KB is a power of 1000 to some programs and of 1024 to others; write 4KiB or 4k for the power of 1024, or the bytes`},
 	} {
-		got, err := parseSize(tc.in)
-		if tc.err != "" {
-			if err == nil || err.Error() != tc.err {
-				t.Errorf("%s: %d %v, want error %q", tc.in, got, err, tc.err)
-			}
-		} else if err != nil || got != tc.want {
-			t.Errorf("%s: %d %v, want %d", tc.in, got, err, tc.want)
+		_, err := benchOutput(ctx, append([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1"}, tc.args...)...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("bench %q: %v, want %q", tc.args, err, tc.want)
 		}
-	}
-	c := newBenchCmd()
-	c.SetOut(io.Discard)
-	c.SetErr(io.Discard)
-	c.SetArgs([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--qd", "100000", "--bs", "64k"})
-	want := "--qd 100000 x --bs 65536 x 2 buffers per I/O (data-in and data-out) = 12500 MiB: more than the 1024 MiB of data buffers bench allocates at most; lower --qd or --bs"
-	if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != want {
-		t.Errorf("bench --qd 100000 --bs 64k: %v, want %q", err, want)
-	}
-	// A bad size names its flag.
-	c = newBenchCmd()
-	c.SetOut(io.Discard)
-	c.SetErr(io.Discard)
-	c.SetArgs([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--bs", "1e99"})
-	want = `--bs: size "1e99": want a number with an optional k/m/g/t suffix`
-	if err := c.ExecuteContext(adminTestCtx(t)); err == nil || err.Error() != want {
-		t.Errorf("bench --bs 1e99: %v, want %q", err, want)
 	}
 }
 
@@ -262,10 +242,12 @@ func TestBenchRefusesSizeAndChannels(t *testing.T) {
 	if out, err := srpctl(ctx, filepath.Join(data, "srptd.sock"), "lun", "add", "--lun", "1", "--backstore", "ram", "--size", "16MiB"); err != nil {
 		t.Fatalf("lun add: %v %s", err, out)
 	}
-	out, err := benchOutput(ctx, info[0], "-l", "1", "--size", "32m", "--runtime", "300ms")
-	want := "--size 32m (33554432 bytes): larger than LUN 1's capacity of 16777216 bytes (32768 blocks of 512 bytes, READ CAPACITY)"
-	if err == nil || err.Error() != want {
-		t.Errorf("--size 32m of a 16 MiB LUN: %v, want %q\n%s", err, want, out)
+	for size, bytes := range map[string]string{"32m": "33554432", "16.5MiB": "17301504"} {
+		out, err := benchOutput(ctx, info[0], "-l", "1", "--size", size, "--runtime", "300ms")
+		want := "--size " + size + " (" + bytes + " bytes): larger than LUN 1's capacity of 16777216 bytes (32768 blocks of 512 bytes, READ CAPACITY)"
+		if err == nil || err.Error() != want {
+			t.Errorf("--size %s of a 16 MiB LUN: %v, want %q\n%s", size, err, want, out)
+		}
 	}
 	if out, err := benchOutput(ctx, info[0], "-l", "1", "--size", "16m", "--runtime", "300ms", "--channels", "1"); err != nil || !strings.Contains(out, " failed=0;") || !strings.Contains(out, "channels=1 ") {
 		t.Errorf("--size 16m --channels 1 of a 16 MiB LUN: %v\n%s", err, out)

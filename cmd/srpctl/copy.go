@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/gosrp/gosrp/internal/adminapi"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -33,7 +34,7 @@ func addCopyFlags(c *cobra.Command, cf *copyFlags, fileFlag, fileHelp string) {
 	f.StringVar(&cf.file, fileFlag, "", fileHelp)
 	f.Uint64Var(&cf.lba, "lba", 0, "first logical block")
 	f.Int64Var(&cf.count, "count", -1, "number of logical blocks (default: all)")
-	f.StringVar(&cf.bs, "bs", "1m", "bytes per command, k/m suffixes (rounded down to whole blocks, at most max_sect*512)")
+	f.StringVar(&cf.bs, "bs", "1m", "bytes per command, rounded down to whole blocks, at most max_sect*512: "+adminapi.SizeSyntax)
 	f.IntVar(&cf.qd, "qd", 8, "commands in flight")
 	f.BoolVar(&cf.quiet, "quiet", false, "no progress bar")
 	c.MarkFlagRequired(fileFlag)
@@ -291,7 +292,7 @@ func (cf *copyFlags) geometry(ctx context.Context, s *conn) (initiator.Capacity,
 	if err != nil {
 		return capy, 0, err
 	}
-	want, err := parseSize(cf.bs)
+	want, err := adminapi.ParseSize(cf.bs)
 	if err != nil {
 		return capy, 0, fmt.Errorf("--bs: %w", err)
 	}

@@ -328,9 +328,18 @@ the change across restarts.`,
 					cephConf = abs
 				}
 			}
+			var sz adminapi.Size
+			if size != "" {
+				// Parsed here, so that the flag is named; srptd gets bytes.
+				b, err := adminapi.ParseSize(size)
+				if err != nil {
+					return fmt.Errorf("--size: %w", err)
+				}
+				sz = adminapi.Size(strconv.FormatInt(b, 10))
+			}
 			n := uint64(lun)
 			body := adminapi.NewLUN{
-				LUN: &n, Backstore: backstore, Path: p, Size: adminapi.Size(size), Name: name, Serial: serial, WWN: wwn,
+				LUN: &n, Backstore: backstore, Path: p, Size: sz, Name: name, Serial: serial, WWN: wwn,
 				Pool: pool, Image: image, CephConf: cephConf, BlockSize: blockSize, ReadOnly: readOnly, WriteCache: writeCache,
 			}
 			if _, err := a.call(cmd.Context(), "POST", adminapi.PathLUNs, body, nil); err != nil {
@@ -359,7 +368,7 @@ the change across restarts.`,
 	f.StringVar(&image, "image", "", "rbd: the image (created with --size when missing)")
 	f.StringVar(&cephConf, "ceph-conf", "", "rbd: ceph.conf path (default: librados' search)")
 	f.StringVar(&path, "path", "", "file or block device (file default: lun<N>.img in the data directory)")
-	f.StringVar(&size, "size", "", "bytes, or with a unit: 64MiB, 1GiB (ram: required, at most the machine's memory; file: creates or resizes)")
+	f.StringVar(&size, "size", "", "capacity (ram: required, at most the machine's memory; file: creates or resizes): "+adminapi.SizeSyntax)
 	f.IntVar(&blockSize, "block-size", 0, "logical block size: 512, 1024, 2048 or 4096 (default 512, block devices: theirs)")
 	f.BoolVar(&readOnly, "read-only", false, "writes fail with DATA PROTECT")
 	f.BoolVar(&writeCache, "write-cache", false, "initial WCE bit")

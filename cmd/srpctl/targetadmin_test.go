@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/adminapi"
 	"github.com/gosrp/gosrp/rdma/iwarp"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/spf13/cobra"
@@ -236,7 +237,10 @@ func TestTargetAdmin(t *testing.T) {
 	if out := run("lun", "remove", "3"); out != "removed LUN 3 (backstore flushed and closed; its data stays)\n" {
 		t.Errorf("lun remove printed %q", out)
 	}
-	run("lun", "add", "--lun", "4", "--backstore", "ram", "--size", "1MiB")
+	// bench's size forms: a lower-case unit with a fraction.
+	if out := run("lun", "add", "--lun", "4", "--backstore", "ram", "--size", "1.5m"); !strings.HasPrefix(out, "added LUN 4: ram, 1.5 MiB, 512-byte blocks,") {
+		t.Errorf("lun add --size 1.5m printed %q", out)
+	}
 	if out := run("lun", "remove", "4"); out != "removed LUN 4 (RAM backstore freed; its data is gone)\n" {
 		t.Errorf("lun remove of a RAM LUN printed %q", out)
 	}
@@ -284,6 +288,9 @@ func TestTargetAdminUsageErrors(t *testing.T) {
 		{[]string{"target", "acl", "add", "192.0.2.7", "--map", "0=1,0=3"}, `--map "0=1,0=3": initiator LUN 0 is mapped twice`},
 		{[]string{"target", "luns", "--timeout", "0"}, `--timeout 0s: must be positive`},
 		{[]string{"target", "luns", "--timeout", "-1s"}, `--timeout -1s: must be positive`},
+		// Sizes are parsed here, as bench's are, before any request.
+		{[]string{"target", "lun", "add", "--lun", "1", "--size", "30GB"}, `--size: bad size "30GB": GB is a power of 1000 to some programs and of 1024 to others; write 30GiB or 30g for the power of 1024, or the bytes`},
+		{[]string{"target", "lun", "add", "--lun", "1", "--size", "1 parsec"}, `--size: bad size "1 parsec": want ` + adminapi.SizeSyntax},
 	} {
 		// The command tree as main builds it: target under the root.
 		root := &cobra.Command{Use: "srpctl", SilenceUsage: true, SilenceErrors: true}
