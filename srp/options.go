@@ -60,6 +60,11 @@ type optKey struct {
 // SG_MAX_SEGMENTS on Linux: the largest sg_tablesize ib_srp accepts.
 const maxSGTablesize = 2048
 
+// maxChCount is the largest ch_count taken, in RDMA channels: Linux takes
+// any positive count (and uses at most one channel per CPU); gosrp's
+// initiator logs in at most 255.
+const maxChCount = 255
+
 // optKeys lists the keys in rendering order.
 var optKeys = []optKey{
 	{"id_ext", func(o *TargetOptions, v string) (err error) { o.IDExt, err = parseHex64(v); return },
@@ -83,11 +88,11 @@ var optKeys = []optKey{
 	}},
 	{"pkey", func(o *TargetOptions, v string) error {
 		n, err := parseLinuxHexInt(v)
+		if errors.Is(err, errIntRange) || err == nil && (n < 0 || n > 0xffff) {
+			return fmt.Errorf("%s is outside 0..ffff", v)
+		}
 		if err != nil {
 			return err
-		}
-		if n < 0 || n > 0xffff {
-			return fmt.Errorf("%#x does not fit 16 bits", n)
 		}
 		o.PKey = uint16(n)
 		return nil
@@ -138,11 +143,11 @@ var optKeys = []optKey{
 		intFormatter(func(o *TargetOptions) int { return o.TargetCanQueue })},
 	{"io_class", func(o *TargetOptions, v string) error {
 		n, err := parseLinuxHexInt(v)
+		if errors.Is(err, errIntRange) || err == nil && n != IOClassSRPRev10 && n != IOClassSRPRev16A {
+			return fmt.Errorf("%s is neither ff00 (SRP r10) nor 100 (SRP r16a)", v)
+		}
 		if err != nil {
 			return err
-		}
-		if n != IOClassSRPRev10 && n != IOClassSRPRev16A {
-			return fmt.Errorf("%#x is neither ff00 (SRP r10) nor 100 (SRP r16a)", n)
 		}
 		o.IOClass = uint16(n)
 		return nil
@@ -162,7 +167,7 @@ var optKeys = []optKey{
 	{"cmd_sg_entries", intParser(func(o *TargetOptions) *int { return &o.CmdSGEntries }, false, 1, 255),
 		intFormatter(func(o *TargetOptions) int { return o.CmdSGEntries })},
 	{"allow_ext_sg", func(o *TargetOptions, v string) error {
-		n, err := parseLinuxInt(v, false)
+		n, err := parseIntIn(v, false, 0, 1<<31-1)
 		if err != nil {
 			return err
 		}
@@ -187,7 +192,7 @@ var optKeys = []optKey{
 		intFormatter(func(o *TargetOptions) int { return o.QueueSize })},
 	{"max_it_iu_size", intParser(func(o *TargetOptions) *int { return &o.MaxITIUSize }, true, 0, 1<<31-1),
 		intFormatter(func(o *TargetOptions) int { return o.MaxITIUSize })},
-	{"ch_count", intParser(func(o *TargetOptions) *int { return &o.ChCount }, false, 1, 1<<31-1),
+	{"ch_count", intParser(func(o *TargetOptions) *int { return &o.ChCount }, false, 1, maxChCount),
 		intFormatter(func(o *TargetOptions) int { return o.ChCount })},
 	{"transport", func(o *TargetOptions, v string) error {
 		if v != "iwarp" && v != "verbs" {
@@ -213,19 +218,25 @@ func (o *TargetOptions) ibPath() bool {
 
 func intParser(field func(*TargetOptions) *int, signed bool, lo, hi int64) func(*TargetOptions, string) error {
 	return func(o *TargetOptions, v string) error {
-		n, err := parseLinuxInt(v, signed)
-		if errors.Is(err, errIntRange) {
-			return fmt.Errorf("%s is outside %d..%d", v, lo, hi)
-		}
+		n, err := parseIntIn(v, signed, lo, hi)
 		if err != nil {
 			return err
-		}
-		if n < lo || n > hi {
-			return fmt.Errorf("%d is outside %d..%d", n, lo, hi)
 		}
 		*field(o) = int(n)
 		return nil
 	}
+}
+
+// parseIntIn parses a "%d" (signed) or "%u" token's value with
+// parseLinuxInt and checks it is within lo..hi. Any number outside,
+// negative ones and ones past the C int range included, is reported as
+// outside lo..hi; only text that is no number is called so.
+func parseIntIn(v string, signed bool, lo, hi int64) (int64, error) {
+	n, err := parseLinuxInt(v, signed)
+	if errors.Is(err, errIntRange) || err == nil && (n < lo || n > hi) {
+		return 0, fmt.Errorf("%s is outside %d..%d", v, lo, hi)
+	}
+	return n, err
 }
 
 func intFormatter(field func(*TargetOptions) int) func(*TargetOptions, bool) string {
@@ -238,30 +249,67 @@ func intFormatter(field func(*TargetOptions) int) func(*TargetOptions, bool) str
 }
 
 // parseHex64 parses like the kernel's kstrtoull(s, 16): hex digits with an
-// optional 0x prefix, at most 64 bits.
+// optional 0x prefix, at most 64 bits. A negative number or one of more
+// than 64 bits is reported as outside 0..ffffffffffffffff.
 func parseHex64(s string) (uint64, error) {
-	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
-	if h == "" || strings.ContainsAny(h, "+-_") {
-		return 0, fmt.Errorf("%q is not a hex number", s)
-	}
-	n, err := strconv.ParseUint(h, 16, 64)
+	n, err := parseHex(s, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a 64-bit hex number", s)
+		return 0, err
 	}
-	return n, nil
+	if n.neg || n.over {
+		return 0, fmt.Errorf("%s is outside 0..ffffffffffffffff", s)
+	}
+	return n.v, nil
 }
 
 // parseLinuxHexInt parses the value of a "%x" token (match_hex): hex
-// digits with an optional 0x prefix, within int range.
+// digits with an optional 0x prefix, within int range. A leading minus is
+// taken (the number is negative: outside every hex key's range, which
+// the caller reports); a number past the int range is errIntRange.
 func parseLinuxHexInt(s string) (int64, error) {
-	h := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
-	if h == "" || strings.ContainsAny(h, "+-_") {
-		return 0, fmt.Errorf("%q is not a hex number", s)
-	}
-	n, err := strconv.ParseInt(h, 16, 32)
+	n, err := parseHex(s, 31)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a 32-bit hex number", s)
+		return 0, err
 	}
+	if n.over {
+		return 0, fmt.Errorf("%q: %w", s, errIntRange)
+	}
+	if n.neg {
+		return -int64(n.v), nil
+	}
+	return int64(n.v), nil
+}
+
+// hexNumber is a hex number as parseHex read it.
+type hexNumber struct {
+	v    uint64 // magnitude, when within bits
+	neg  bool   // a leading minus
+	over bool   // magnitude beyond bits
+}
+
+// parseHex reads an optionally negative hex number with an optional 0x
+// prefix; over reports a magnitude of more than bits bits. Text that is no
+// hex number is an error.
+func parseHex(s string, bits int) (hexNumber, error) {
+	var n hexNumber
+	h := s
+	if strings.HasPrefix(h, "-") {
+		h, n.neg = h[1:], true
+	}
+	h = strings.TrimPrefix(strings.TrimPrefix(h, "0x"), "0X")
+	if h == "" || strings.ContainsAny(h, "+-_") {
+		return n, fmt.Errorf("%q is not a hex number", s)
+	}
+	v, err := strconv.ParseUint(h, 16, bits)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
+		n.over = true
+	case err != nil:
+		return n, fmt.Errorf("%q is not a hex number", s)
+	case n.neg && v == 0:
+		return n, fmt.Errorf("%q: a minus sign before 0", s)
+	}
+	n.v = v
 	return n, nil
 }
 
@@ -270,10 +318,12 @@ var errIntRange = errors.New("out of int range")
 
 // parseLinuxInt parses the value of a "%d" (signed) or "%u" token
 // (match_int): C base-0 syntax (0x hex, leading 0 octal, else decimal),
-// within int range; only %d accepts a leading minus.
+// within int range; only %d accepts a leading minus. A number past the
+// int range, or a negative one for %u (which Linux does not match at all),
+// is errIntRange: the caller names the key's range.
 func parseLinuxInt(s string, signed bool) (int64, error) {
 	v, neg := s, false
-	if signed && strings.HasPrefix(v, "-") {
+	if strings.HasPrefix(v, "-") {
 		v, neg = v[1:], true
 	}
 	base := 10
@@ -286,17 +336,20 @@ func parseLinuxInt(s string, signed bool) (int64, error) {
 	if v == "" || strings.ContainsAny(v, "+-_") {
 		return 0, fmt.Errorf("%q is not a number", s)
 	}
-	n, err := strconv.ParseInt(v, base, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a number", s)
-	}
-	if neg {
-		n = -n
-	}
-	if n < -1<<31 || n > 1<<31-1 {
+	n, err := strconv.ParseUint(v, base, 64)
+	switch {
+	case errors.Is(err, strconv.ErrRange):
 		return 0, fmt.Errorf("%q: %w", s, errIntRange)
+	case err != nil:
+		return 0, fmt.Errorf("%q is not a number", s)
+	case neg && !signed && n == 0:
+		return 0, fmt.Errorf("%q: a minus sign before 0", s)
+	case neg && !signed, neg && n > 1<<31, !neg && n > 1<<31-1:
+		return 0, fmt.Errorf("%q: %w", s, errIntRange)
+	case neg:
+		return -int64(n), nil
 	}
-	return n, nil
+	return int64(n), nil
 }
 
 // parseAddrPort parses srp_parse_in's forms: IPv4 "a.b.c.d" or
@@ -353,17 +406,20 @@ func optError(key, format string, args ...any) error {
 // (id_ext, ioc_guid, service_id, initiator_ext) take up to 64 bits with an
 // optional 0x; pkey and io_class are hex; the other numbers use C syntax
 // (0x hex, 0 octal, decimal). Ranges: cmd_sg_entries 1..255, sg_tablesize
-// 1..2048, tl_retry_count 2..7, queue_size, max_cmd_per_lun,
-// target_can_queue and ch_count >= 1, comp_vector and max_it_iu_size >= 0,
-// io_class 0xff00 or 0x0100; dgid is exactly 32 hex digits; dest is
-// IPv4:port or [IPv6]:port (port required), src the same with the port
-// optional. id_ext and ioc_guid are required, with either dgid, pkey and
-// service_id, or dest.
+// 1..2048, tl_retry_count 2..7, ch_count 1..255, queue_size,
+// max_cmd_per_lun and target_can_queue >= 1, comp_vector and
+// max_it_iu_size >= 0, all within the C int range, pkey 0..ffff, io_class
+// 0xff00 or 0x0100; dgid is exactly 32 hex digits; dest is IPv4:port or
+// [IPv6]:port (port required), src the same with the port optional.
+// id_ext and ioc_guid are required, with either dgid, pkey and service_id,
+// or dest. A number outside its key's range, a negative one included, is
+// reported with the range ("ch_count: -1 is outside 1..255"); "not a
+// number" is only said of text that is none.
 //
-// Stricter than Linux (which lets a later value win, truncates pkey and
-// does not check max_sect): a repeated key, a pkey over 16 bits and a
-// max_sect below 1 are errors. transport= (iwarp|verbs) is a gosrp
-// extension.
+// Stricter than Linux (which lets a later value win, truncates pkey, does
+// not check max_sect and takes any positive ch_count): a repeated key, a
+// pkey over 16 bits, a max_sect below 1 and a ch_count over 255 are
+// errors. transport= (iwarp|verbs) is a gosrp extension.
 //
 // Errors are *DecodeError with IU "add_target" and Field the key.
 func ParseTargetOptions(s string) (*TargetOptions, error) {

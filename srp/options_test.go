@@ -146,9 +146,38 @@ func TestTargetOptionsValues(t *testing.T) {
 			t.Errorf("%s: got %v, want error on %q", extra, err, key)
 		}
 	}
-	// A number past the C int range is refused with the key's range.
-	if _, err := ParseTargetOptions(base + "max_sect=4294967295"); err == nil || !strings.HasSuffix(err.Error(), "max_sect: 4294967295 is outside 1..2147483647") {
-		t.Errorf("max_sect=4294967295: %v", err)
+	// A number outside its key's range is refused with that range: past
+	// the C int range, and negative for an unsigned key too. ch_count's
+	// range is the 1..255 channels gosrp's initiator logs in.
+	for extra, want := range map[string]string{
+		"max_sect=4294967295":               "max_sect: 4294967295 is outside 1..2147483647",
+		"max_sect=-5":                       "max_sect: -5 is outside 1..2147483647",
+		"ch_count=0":                        "ch_count: 0 is outside 1..255",
+		"ch_count=300":                      "ch_count: 300 is outside 1..255",
+		"ch_count=-1":                       "ch_count: -1 is outside 1..255",
+		"ch_count=0x100":                    "ch_count: 0x100 is outside 1..255",
+		"ch_count=99999999999999999999999":  "ch_count: 99999999999999999999999 is outside 1..255",
+		"ch_count=-0":                       `ch_count: "-0": a minus sign before 0`,
+		"ch_count=x":                        `ch_count: "x" is not a number`,
+		"cmd_sg_entries=-1":                 "cmd_sg_entries: -1 is outside 1..255",
+		"sg_tablesize=-1":                   "sg_tablesize: -1 is outside 1..2048",
+		"comp_vector=-1":                    "comp_vector: -1 is outside 0..2147483647",
+		"tl_retry_count=-1":                 "tl_retry_count: -1 is outside 2..7",
+		"allow_ext_sg=-1":                   "allow_ext_sg: -1 is outside 0..2147483647",
+		"pkey=-1":                           "pkey: -1 is outside 0..ffff",
+		"pkey=10000":                        "pkey: 10000 is outside 0..ffff",
+		"pkey=fffffffff":                    "pkey: fffffffff is outside 0..ffff",
+		"io_class=-1":                       "io_class: -1 is neither ff00 (SRP r10) nor 100 (SRP r16a)",
+		"initiator_ext=-1":                  "initiator_ext: -1 is outside 0..ffffffffffffffff",
+		"initiator_ext=0x10000000000000000": "initiator_ext: 0x10000000000000000 is outside 0..ffffffffffffffff",
+		"initiator_ext=-x":                  `initiator_ext: "-x" is not a hex number`,
+	} {
+		if _, err := ParseTargetOptions(base + extra); err == nil || !strings.HasSuffix(err.Error(), "add_target: "+want) {
+			t.Errorf("%s: %v, want %q", extra, err, want)
+		}
+	}
+	if o, err := ParseTargetOptions(base + "ch_count=255"); err != nil || o.ChCount != 255 {
+		t.Errorf("ch_count=255: %v", err)
 	}
 	missing := map[string]string{
 		"ioc_guid=2,dest=1.2.3.4:5": "id_ext",

@@ -61,8 +61,9 @@ login_info line and srp_daemon writes it:
 
 dest is IPv4:port or [IPv6]:port: the RDMA/CM address. The InfiniBand CM
 keys (dgid, pkey, service_id) are refused. Optional keys: initiator_ext,
-queue_size, max_it_iu_size, ch_count (RDMA channels; default min(4, CPUs),
-as ib_srp's min(4 x NUMA nodes, completion vectors) with one node),
+queue_size, max_it_iu_size, ch_count (RDMA channels, 1..255; default
+min(4, CPUs), as ib_srp's min(4 x NUMA nodes, completion vectors) with one
+node),
 cmd_sg_entries, max_sect, io_class, and transport=iwarp (pure-Go iWARP over
 TCP, the default) or transport=verbs (RDMA hardware through
 libibverbs/librdmacm; needs a build with -tags verbs).`
