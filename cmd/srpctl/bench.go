@@ -160,6 +160,9 @@ func newBenchCmd() *cobra.Command {
 			default:
 				return fmt.Errorf("--rw %q: read, write, randread, randwrite, rw or randrw", rw)
 			}
+			if err := checkVerifyFlags(cmd, verify, rw, registerEach); err != nil {
+				return err
+			}
 			if len(args) > 1 && !verify {
 				return errors.New("several targets (gateways of one LU, through multipath) take --verify")
 			}
@@ -295,17 +298,17 @@ func newBenchCmd() *cobra.Command {
 	}
 	addTargetFlags(c, &tf, true)
 	f := c.Flags()
-	f.StringVar(&rw, "rw", "randread", "read, write, randread, randwrite, rw, randrw")
+	f.StringVar(&rw, "rw", "randread", "read, write, randread, randwrite, rw, randrw (with --verify only the order: rand* random, else ascending; not rw or randrw)")
 	f.StringVar(&bsStr, "bs", "4k", "bytes per I/O, a whole number of logical blocks: "+adminapi.SizeSyntax)
 	f.StringVar(&sizeStr, "size", "", "bytes of the LUN to use, from LBA 0, at most its capacity (default all): "+adminapi.SizeSyntax)
 	f.IntVar(&qd, "qd", 32, "I/Os in flight (iodepth): at most what the target's credits allow over the channels (req_lim - 1 per channel; 127 with srptd's defaults), 4096 per channel, and 1 GiB of buffers (two of --bs per I/O, one with --verify)")
 	f.IntVar(&channels, "channels", 0, "RDMA channels, 1..255 (overrides ch_count; default: TARGET's ch_count, else min(4, CPUs))")
 	f.IntVar(&procs, "procs", 0, "OS threads running Go code at once (GOMAXPROCS; default: the smallest of --qd, the channel count and the CPU count)")
-	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw")
+	f.IntVar(&rwmix, "rwmixread", 50, "percentage of reads for rw/randrw (not with --verify)")
 	f.DurationVar(&runtime, "runtime", 10*time.Second, "how long a timed run lasts (not with --verify, which covers the region --size names)")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON (ios: completed I/Os, errors: failed I/Os)")
 	f.BoolVar(&fua, "fua", false, "set FUA on writes")
-	f.BoolVar(&registerEach, "register-each", false, "register each command's memory instead of reusing registered buffers")
+	f.BoolVar(&registerEach, "register-each", false, "register each command's memory instead of reusing registered buffers (not with --verify)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
 	f.BoolVar(&verify, "verify", false, "data integrity run instead of a timed one: write every --bs slot of the region with CRC32C-checked blocks that carry their LBA, the run's seed and the pass, then read all back and check; exit status 1 on any mismatch")
 	f.BoolVar(&verifyOnly, "verify-only", false, "only read back and check what an earlier --verify run with the same --verify-seed, --loops, --bs, --size and --lun wrote")
@@ -316,7 +319,8 @@ func newBenchCmd() *cobra.Command {
 --verify turns bench into a data integrity check, like fio's verify=crc32c:
 every logical block written carries a header with its own LBA, the run's
 seed and the pass number, and a CRC32C over the block. Each pass writes the
-whole region (random order for --rw rand*, else ascending) and then reads it
+whole region (random order for --rw randread or randwrite, else ascending;
+rw and randrw, --rwmixread and --register-each are refused) and then reads it
 all back in another order; a block with a bad CRC (corrupt), another LBA
 (misplaced), another pass (stale) or no header fails the run with exit
 status 1. It takes no --runtime: --size bounds it. --verify-only re-reads
@@ -329,6 +333,27 @@ thread, as one fio job: the channel's reader and the I/O worker then hand
 the command and its completion to each other without waking a second
 thread, which would cost a third of the client's CPU time per I/O.`
 	return c
+}
+
+// checkVerifyFlags refuses, for a --verify run, the timed run's flags it
+// would not honour: a verify pass writes the whole region and then reads
+// it all back, so it has no read/write mix (--rw rw or randrw,
+// --rwmixread); --rw only orders it (rand*: random, else ascending). Its
+// buffers are registered once per worker, whatever --register-each says.
+func checkVerifyFlags(cmd *cobra.Command, verify bool, rw string, registerEach bool) error {
+	if !verify {
+		return nil
+	}
+	const how = "a --verify pass writes the whole region, then reads it all back"
+	switch {
+	case rw == "rw" || rw == "randrw":
+		return fmt.Errorf("--rw %s: %s, with no read/write mix; --rw orders it: randwrite or randread for a random order, write or read for an ascending one", rw, how)
+	case cmd.Flags().Changed("rwmixread"):
+		return fmt.Errorf("--rwmixread: %s, with no read/write mix to set", how)
+	case registerEach:
+		return errors.New("--register-each: a --verify run registers each worker's buffer once; it has no per-command registration")
+	}
+	return nil
 }
 
 // benchVerify runs --verify / --verify-only and reports: an error (exit

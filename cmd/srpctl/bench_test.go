@@ -293,6 +293,34 @@ func TestBenchVerifyRefusesRuntime(t *testing.T) {
 	}
 }
 
+// TestBenchVerifyRefusesIgnoredFlags: a --verify run writes the whole
+// region and then reads it back, with no read/write mix and buffers
+// registered once; --rw rw or randrw, --rwmixread and --register-each
+// given with it are refused before login rather than ignored. --rw
+// randwrite (the order) is taken.
+func TestBenchVerifyRefusesIgnoredFlags(t *testing.T) {
+	ctx := adminTestCtx(t)
+	const how = "a --verify pass writes the whole region, then reads it all back"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--verify", "--rw", "randrw"}, "--rw randrw: " + how + ", with no read/write mix; --rw orders it: randwrite or randread for a random order, write or read for an ascending one"},
+		{[]string{"--verify-only", "--verify-seed", "7", "--rw", "rw"}, "--rw rw: " + how + ", with no read/write mix; --rw orders it: randwrite or randread for a random order, write or read for an ascending one"},
+		{[]string{"--verify", "--rwmixread", "70"}, "--rwmixread: " + how + ", with no read/write mix to set"},
+		{[]string{"--verify", "--register-each"}, "--register-each: a --verify run registers each worker's buffer once; it has no per-command registration"},
+	} {
+		_, err := benchOutput(ctx, append([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1"}, tc.args...)...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("bench %q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	// The order is honoured: the run gets as far as the login.
+	if _, err := benchOutput(ctx, "id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--verify", "--rw", "randwrite", "--connect-timeout", "2s"); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("bench --verify --rw randwrite: %v, want a refused connection", err)
+	}
+}
+
 // benchOutput runs srpctl bench with args and returns what it printed
 // (standard output and error) and its error.
 func benchOutput(ctx context.Context, args ...string) (string, error) {
