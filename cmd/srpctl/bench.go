@@ -247,12 +247,6 @@ func newBenchCmd() *cobra.Command {
 				if nblk == 0 {
 					return fmt.Errorf("region of %d bytes smaller than --bs %d", region, bs)
 				}
-				if verify {
-					return benchVerify(ctx, cmd, s, verifyConfig{
-						bs: bs, bsz: bsz, qd: qd, nslots: nblk, random: strings.HasPrefix(rw, "rand"),
-						seed: verifySeed, loops: loops, verifyOnly: verifyOnly, fua: fua,
-					}, asJSON)
-				}
 				if cpuProfile != "" {
 					f, err := os.Create(cpuProfile)
 					if err != nil {
@@ -263,6 +257,12 @@ func newBenchCmd() *cobra.Command {
 						return err
 					}
 					defer pprof.StopCPUProfile()
+				}
+				if verify {
+					return benchVerify(ctx, cmd, s, verifyConfig{
+						bs: bs, bsz: bsz, qd: qd, nslots: nblk, random: strings.HasPrefix(rw, "rand"),
+						seed: verifySeed, loops: loops, verifyOnly: verifyOnly, fua: fua,
+					}, asJSON)
 				}
 				res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua, registerEach)
 				if fatal != nil {
@@ -309,7 +309,7 @@ func newBenchCmd() *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON (ios: completed I/Os, errors: failed I/Os)")
 	f.BoolVar(&fua, "fua", false, "set FUA on writes")
 	f.BoolVar(&registerEach, "register-each", false, "register each command's memory instead of reusing registered buffers (not with --verify)")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run (timed or --verify) to this file")
 	f.BoolVar(&verify, "verify", false, "data integrity run instead of a timed one: write every --bs slot of the region with CRC32C-checked blocks that carry their LBA, the run's seed and the pass, then read all back and check; exit status 1 on any mismatch")
 	f.BoolVar(&verifyOnly, "verify-only", false, "only read back and check what an earlier --verify run with the same --verify-seed, --loops, --bs, --size and --lun wrote")
 	f.Uint64Var(&verifySeed, "verify-seed", 0, "the --verify run's identity, written into every block (default random, printed)")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -318,6 +319,21 @@ func TestBenchVerifyRefusesIgnoredFlags(t *testing.T) {
 	// The order is honoured: the run gets as far as the login.
 	if _, err := benchOutput(ctx, "id_ext=1,ioc_guid=1,dest=127.0.0.1:1", "--verify", "--rw", "randwrite", "--connect-timeout", "2s"); err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("bench --verify --rw randwrite: %v, want a refused connection", err)
+	}
+}
+
+// TestBenchVerifyCPUProfile: --cpuprofile profiles a --verify run too,
+// instead of being ignored by it.
+func TestBenchVerifyCPUProfile(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, _ := startSrptd(t, ctx)
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	out, err := benchOutput(ctx, info[0], "--verify", "--size", "1m", "--bs", "64k", "--qd", "4", "--cpuprofile", prof)
+	if err != nil || !strings.Contains(out, "mismatches=0 io_errors=0") {
+		t.Fatalf("bench --verify --cpuprofile: %v\n%s", err, out)
+	}
+	if fi, err := os.Stat(prof); err != nil || fi.Size() == 0 {
+		t.Fatalf("profile %s: %v", prof, err)
 	}
 }
 
