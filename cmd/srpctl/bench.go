@@ -340,8 +340,15 @@ thread, which would cost a third of the client's CPU time per I/O.`
 // it all back, so it has no read/write mix (--rw rw or randrw,
 // --rwmixread); --rw only orders it (rand*: random, else ascending). Its
 // buffers are registered once per worker, whatever --register-each says.
+// A timed run refuses the flags only --verify uses (--loops,
+// --verify-seed).
 func checkVerifyFlags(cmd *cobra.Command, verify bool, rw string, registerEach bool) error {
 	if !verify {
+		for _, name := range []string{"loops", "verify-seed"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s: only a --verify or --verify-only run takes it; a timed run has no passes and writes no seed", name)
+			}
+		}
 		return nil
 	}
 	const how = "a --verify pass writes the whole region, then reads it all back"

@@ -297,8 +297,9 @@ func TestBenchVerifyRefusesRuntime(t *testing.T) {
 // TestBenchVerifyRefusesIgnoredFlags: a --verify run writes the whole
 // region and then reads it back, with no read/write mix and buffers
 // registered once; --rw rw or randrw, --rwmixread and --register-each
-// given with it are refused before login rather than ignored. --rw
-// randwrite (the order) is taken.
+// given with it are refused before login rather than ignored, as are
+// --loops and --verify-seed without it. --rw randwrite (the order) is
+// taken.
 func TestBenchVerifyRefusesIgnoredFlags(t *testing.T) {
 	ctx := adminTestCtx(t)
 	const how = "a --verify pass writes the whole region, then reads it all back"
@@ -314,6 +315,13 @@ func TestBenchVerifyRefusesIgnoredFlags(t *testing.T) {
 		_, err := benchOutput(ctx, append([]string{"id_ext=1,ioc_guid=1,dest=127.0.0.1:1"}, tc.args...)...)
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("bench %q: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	// The other way round: a timed run refuses what only --verify uses.
+	for _, f := range []string{"--loops", "--verify-seed"} {
+		_, err := benchOutput(ctx, "id_ext=1,ioc_guid=1,dest=127.0.0.1:1", f, "3")
+		if want := f + ": only a --verify or --verify-only run takes it; a timed run has no passes and writes no seed"; err == nil || err.Error() != want {
+			t.Errorf("bench %s 3: %v, want %q", f, err, want)
 		}
 	}
 	// The order is honoured: the run gets as far as the login.
