@@ -66,7 +66,7 @@ func TestBenchStopsWhenLUNRemoved(t *testing.T) {
 	}
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "LOGICAL UNIT NOT SUPPORTED") {
+		if err == nil || !strings.Contains(err.Error(), "LOGICAL UNIT NOT SUPPORTED") || !strings.HasPrefix(err.Error(), "--lun 1: the target reports no such LUN, only LUN 0 (REPORT LUNS): bench stopped after ") {
 			t.Fatalf("bench: %v\n%s", err, out.String())
 		}
 		if time.Since(start) > 5*time.Minute {
@@ -74,6 +74,43 @@ func TestBenchStopsWhenLUNRemoved(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Fatal("bench did not stop after the LUN was removed")
+	}
+}
+
+// TestBenchMissingLUN: a --lun the target does not have is refused naming
+// it and the LUNs the target reports (REPORT LUNS), with the sense the
+// target answered: by bench (over one target, and over two with --verify,
+// where INQUIRY VPD 83h meets it), and by the other commands with --lun.
+func TestBenchMissingLUN(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, data := startSrptd(t, ctx)
+	if out, err := srpctl(ctx, filepath.Join(data, "srptd.sock"), "lun", "add", "--lun", "3", "--backstore", "ram", "--size", "1m"); err != nil {
+		t.Fatalf("lun add: %v %s", err, out)
+	}
+	const lunNotSupported = "scsi CHECK CONDITION: ILLEGAL REQUEST (key 0x5), asc/ascq 25h/00h LOGICAL UNIT NOT SUPPORTED"
+	const want = "--lun 7: the target reports no such LUN, only LUNs 0, 3 (REPORT LUNS): "
+	out, err := benchOutput(ctx, info[0], "--lun", "7", "--runtime", "300ms")
+	if err == nil || err.Error() != want+lunNotSupported {
+		t.Errorf("bench --lun 7: %v, want %q\n%s", err, want+lunNotSupported, out)
+	}
+	out, err = benchOutput(ctx, info[0], info[0], "--lun", "7", "--verify", "--size", "1m")
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "ILLEGAL REQUEST") {
+		t.Errorf("bench --verify over two targets, --lun 7: %v, want %q...\n%s", err, want, out)
+	}
+	c := newReadcapCmd()
+	c.SetOut(io.Discard)
+	c.SetErr(io.Discard)
+	c.SetArgs([]string{info[0], "--lun", "7"})
+	if err := c.ExecuteContext(ctx); err == nil || err.Error() != want+lunNotSupported {
+		t.Errorf("readcap --lun 7: %v, want %q", err, want+lunNotSupported)
+	}
+	// LUN 3 is there: an error of its own is left as it is.
+	c = newInquiryCmd()
+	c.SetOut(io.Discard)
+	c.SetErr(io.Discard)
+	c.SetArgs([]string{info[0], "--lun", "3", "--vpd", "0x99"})
+	if err := c.ExecuteContext(ctx); err == nil || strings.Contains(err.Error(), "--lun") || !strings.Contains(err.Error(), "INVALID FIELD IN CDB") {
+		t.Errorf("inquiry --lun 3 --vpd 0x99: %v, want INVALID FIELD IN CDB alone", err)
 	}
 }
 

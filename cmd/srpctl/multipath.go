@@ -71,12 +71,12 @@ func (tf *targetFlags) withMultipath(ctx context.Context, targets []string, tune
 	}()
 	m, err := tf.multipath(ctx, conns, targets, initiator.LUN(tf.lun))
 	if err != nil {
-		return err
+		return tf.explainLUN(ctx, conns[0].Session, err)
 	}
 	defer m.Close()
 	c := *conns[0]
 	c.mp = m
-	return fn(ctx, &c)
+	return tf.explainLUN(ctx, c.Session, fn(ctx, &c))
 }
 
 // mpRW16 moves buf at lba with READ(16) or WRITE(16) through m.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/gosrp/gosrp/rdma"
 	"github.com/gosrp/gosrp/rdma/iwarp"
 	"github.com/gosrp/gosrp/rdma/verbs"
+	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/spf13/cobra"
 )
@@ -32,12 +35,15 @@ type targetFlags struct {
 	verbose        bool
 	initiatorGUID  uint64
 	single         bool
+	// hasLUN: the command has --lun (lun names the LUN it works on).
+	hasLUN bool
 }
 
 func addTargetFlags(c *cobra.Command, tf *targetFlags, withLUN bool) {
 	f := c.Flags()
 	if withLUN {
 		f.IntVarP(&tf.lun, "lun", "l", 0, "logical unit number")
+		tf.hasLUN = true
 	}
 	f.DurationVar(&tf.timeout, "connect-timeout", 15*time.Second, "login timeout")
 	f.DurationVar(&tf.cmdTimeout, "cmd-timeout", 0, "per-command timeout before ABORT TASK (default 30s)")
@@ -202,5 +208,62 @@ func (tf *targetFlags) withSessionOptions(ctx context.Context, o initiator.Optio
 		return err
 	}
 	defer s.Close()
-	return fn(ctx, s)
+	return tf.explainLUN(ctx, s.Session, fn(ctx, s))
+}
+
+// explainLUN adds to err, when it is a CHECK CONDITION with sense key
+// ILLEGAL REQUEST and the command has --lun, the LUN asked for and, when
+// the target does not report it to s (REPORT LUNS, given 5 s), the LUNs it
+// does. A target answers most commands to a missing LUN with LOGICAL UNIT
+// NOT SUPPORTED (ASC/ASCQ 25h/00h; SAM-5, incorrect logical unit
+// selection), some others, such as INQUIRY for a VPD page, with INVALID
+// FIELD IN CDB. For a LUN the target reports, a failed REPORT LUNS or a
+// cancelled ctx, LOGICAL UNIT NOT SUPPORTED gets the LUN named and other
+// errors are returned as they are, nil included. The result wraps err
+// (errors.Is and As see it).
+func (tf *targetFlags) explainLUN(ctx context.Context, s *initiator.Session, err error) error {
+	var se *initiator.SenseError
+	if !tf.hasLUN || !errors.As(err, &se) || se.Key != sense.KeyIllegalRequest {
+		return err
+	}
+	named := err
+	if initiator.IsSense(err, sense.KeyIllegalRequest, 0x25, 0) {
+		named = fmt.Errorf("--lun %d: %w", tf.lun, err)
+	}
+	if ctx.Err() != nil {
+		return named
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	luns, rerr := s.ReportLUNs(rctx)
+	if rerr != nil || slices.Contains(luns, initiator.LUN(tf.lun)) {
+		return named
+	}
+	return fmt.Errorf("--lun %d: the target reports no such LUN, %s (REPORT LUNS): %w", tf.lun, lunList(luns), err)
+}
+
+// lunList names the LUNs of REPORT LUNS fields for a message: "only LUN
+// 0", "only LUNs 0, 1, 3", the first 16 of more and how many there are,
+// or "and no other".
+func lunList(luns []uint64) string {
+	const most = 16
+	var b strings.Builder
+	switch len(luns) {
+	case 0:
+		return "and no other"
+	case 1:
+		b.WriteString("only LUN ")
+	default:
+		b.WriteString("only LUNs ")
+	}
+	for i, l := range luns[:min(len(luns), most)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Itoa(initiator.LUNNumber(l)))
+	}
+	if len(luns) > most {
+		fmt.Fprintf(&b, " ... (%d in all)", len(luns))
+	}
+	return b.String()
 }
