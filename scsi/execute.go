@@ -128,6 +128,7 @@ func (s *session) placedResult(t *task, f failure) Result {
 	c.place = placeNone
 	clear(c.cmd.DataOutViews)
 	c.cmd.DataOutViews = c.cmd.DataOutViews[:0]
+	c.cmd.DataOutBuffered = false
 	res := s.endTask(t, f, true)
 	if o := c.lu.cfg.Observer; o != nil {
 		o.Finished(&res, s.t.clock.Now().Sub(t.started))

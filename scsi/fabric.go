@@ -105,6 +105,12 @@ type Command struct {
 	// into (Result.DataOutWanted bytes in all, in order); the fabric may
 	// give it capacity to reuse.
 	DataOutViews [][]byte
+	// DataOutBuffered is set with DataOutViews when they are a buffer the
+	// core allocated for this command alone (the write lock was held or
+	// awaited), not the backstore's memory: a fabric that keeps
+	// registrations of the memory it places into (rdma.RegionCache) does
+	// not keep one of this.
+	DataOutBuffered bool
 	// viewTS is the task set that holds ORDERED tasks back until
 	// ReleaseViews, viewKey the I_T nexus whose views they are.
 	viewTS  *taskSet

@@ -269,6 +269,7 @@ func (c *cmdCtx) writeViews() failure {
 	// since Check) takes the buffer too.
 	if lu.wviewer == nil || !lu.beginPlace() {
 		cmd.DataOutViews = append(cmd.DataOutViews[:0], make([]byte, want))
+		cmd.DataOutBuffered = true
 		c.place = placeBuffer
 		return ok
 	}
@@ -280,7 +281,7 @@ func (c *cmdCtx) writeViews() failure {
 		lu.logger().Warn("scsi: write failed", "lba", lba, "bytes", want, "err", err)
 		return ioFailure(err, true, lba)
 	}
-	cmd.DataOutViews = views
+	cmd.DataOutViews, cmd.DataOutBuffered = views, false
 	c.place = placeMedium
 	return ok
 }

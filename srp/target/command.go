@@ -560,7 +560,9 @@ func (c *channel) fetchViews(cmd *command) {
 	}
 	cur := viewCursor{views: cmd.sc.DataOutViews}
 	if c.local == nil {
-		if c.viewRegions(cmd, cmd.sc.DataOutViews) {
+		// A buffer the core allocated for this command alone is not
+		// cached: it is fetched into, and copied from, one of ours.
+		if !cmd.sc.DataOutBuffered && c.viewRegions(cmd, cmd.sc.DataOutViews) {
 			cur.mrs, cur.offs = cmd.viewMRs, cmd.viewOffs
 		} else if !c.bounceOut(cmd) {
 			c.endFetch(cmd, false)
@@ -775,7 +777,8 @@ func (c *channel) viewRegions(cmd *command, views [][]byte) bool {
 }
 
 // bounceOut gives a WRITE whose data-out goes into the backstore's memory
-// a buffer to fetch it into when the views could not be registered; the
+// a buffer to fetch it into when the views could not be registered, or
+// are a buffer of the core's (scsi.Command.DataOutBuffered); the
 // data is copied into the views when the fetch ends (endFetch). The data
 // memory taken for the views goes to the buffer. It reports false when
 // there is no buffer either: the fetch fails.

@@ -29,6 +29,8 @@ type cacheDev struct {
 	held  int
 	calls int
 	fail  bool
+	// maxLen is the longest slice CachedRegion was asked for.
+	maxLen int
 }
 
 type cacheEntry struct {
@@ -42,6 +44,7 @@ func (d *cacheDev) CachedRegion(buf []byte) (rdma.MemoryRegion, int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.calls++
+	d.maxLen = max(d.maxLen, len(buf))
 	if d.fail {
 		return nil, 0, errNoRegistration
 	}
@@ -76,6 +79,13 @@ func (d *cacheDev) counts() (calls, held int) {
 // the real SCSI core, a 64 MiB RAM logical unit.
 func newCacheEnv(t *testing.T, fail bool) (*env, *cacheDev) {
 	t.Helper()
+	e, cd, _ := newCacheEnvLU(t, fail)
+	return e, cd
+}
+
+// newCacheEnvLU is newCacheEnv that also returns the logical unit.
+func newCacheEnvLU(t *testing.T, fail bool) (*env, *cacheDev, *scsi.LogicalUnit) {
+	t.Helper()
 	st := scsi.NewTarget(scsi.TargetConfig{})
 	lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: backstore.NewRAM(64 << 20), BlockSize: 512})
 	if err != nil {
@@ -89,7 +99,7 @@ func newCacheEnv(t *testing.T, fail bool) (*env, *cacheDev) {
 		cd = &cacheDev{trackDev: td, raw: raw, byEnd: map[uintptr]cacheEntry{}, fail: fail}
 		return cd
 	})
-	return e, cd
+	return e, cd, lu
 }
 
 // readsThroughRegions writes a pattern over the first 2 MiB of the
@@ -179,3 +189,52 @@ func TestDataInFromCachedRegions(t *testing.T) { readsThroughRegions(t, false) }
 // copied into the command's buffer, and the data-out fetched into one and
 // copied into the logical unit: the same bytes arrive.
 func TestDataInCopiedWhenNoRegion(t *testing.T) { readsThroughRegions(t, true) }
+
+// A WRITE that arrives while a resize (or an UNMAP, or a COMPARE AND
+// WRITE) awaits the logical unit's write lock gets its data-out views in
+// a buffer the core allocates for it alone, not in the RAM chunks. That
+// buffer must not go to the region cache: registered there, it would stay
+// pinned and referenced after the command, one registration per such
+// WRITE, crowding the chunks out. It is fetched through a buffer of the
+// channel instead, and the data still arrives.
+func TestDataOutCoreBufferNotCached(t *testing.T) {
+	e, cd, lu := newCacheEnvLU(t, false)
+	i := e.login(defaultLogin())
+	defer func() { _ = i.conn.Close() }()
+	i.tur(2)
+	// WRITE A's RDMA READ stalls: its placement holds the resize back,
+	// and the resize, waiting, sends later WRITEs to buffers.
+	if err := cd.raw.InjectFault(loopback.Fault{Op: rdma.OpRDMARead, Delay: 400 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	_, da := i.buf(0, 128<<10)
+	i.sendIU(&srp.Cmd{Tag: 10, CDB: cdb10(0x2a, 0, 256), DataOut: direct(da)})
+	time.Sleep(100 * time.Millisecond)
+	resized := make(chan error, 1)
+	go func() { resized <- lu.Resize(64 << 20) }()
+	time.Sleep(100 * time.Millisecond)
+	b, db := i.buf(256<<10, 128<<10)
+	fill(b, 77)
+	want := bytes.Clone(b)
+	i.sendIU(&srp.Cmd{Tag: 11, CDB: cdb10(0x2a, 4096, 256), DataOut: direct(db)})
+	for range 2 {
+		r := i.rspIU()
+		checkGood(t, r, r.Tag)
+	}
+	if err := <-resized; err != nil {
+		t.Fatal(err)
+	}
+	cd.mu.Lock()
+	maxLen := cd.maxLen
+	cd.mu.Unlock()
+	if maxLen > backstore.RAMChunkSize {
+		t.Errorf("CachedRegion given a %d-byte slice: the core's own data-out buffer went to the region cache", maxLen)
+	}
+	back, d := i.buf(1<<20, 128<<10)
+	clear(back)
+	i.sendIU(&srp.Cmd{Tag: 12, CDB: cdb10(0x28, 4096, 256), DataIn: direct(d)})
+	checkGood(t, i.rspIU(), 12)
+	if !bytes.Equal(back, want) {
+		t.Fatal("the WRITE's data did not arrive")
+	}
+}
