@@ -329,6 +329,9 @@ func (d *Device) Close() error {
 	d.chFile.Close()
 	<-d.loopDone
 	C.rdma_destroy_event_channel(d.ch)
+	d.regions.mu.Lock()
+	d.regions.closeLocked()
+	d.regions.mu.Unlock()
 	d.mu.Lock()
 	for m := range d.mrs {
 		m.deregLocked()

@@ -4,6 +4,7 @@ package verbs
 
 import (
 	"container/list"
+	"errors"
 	"sync"
 	"unsafe"
 
@@ -65,6 +66,13 @@ func (d *Device) CachedRegion(buf []byte) (rdma.MemoryRegion, int, error) {
 	// Local write: the region may be an RDMA READ's sink (a WRITE's
 	// data-out placed into a RAM backstore). No remote rights.
 	m, err := d.Register(buf[:cap(buf)], rdma.AccessLocalWrite)
+	if err != nil && !errors.Is(err, rdma.ErrClosed) && rc.dropUnusedLocked() {
+		// The pinned memory the cache keeps counts against the same
+		// locked-memory limit (and adapter region count) as every other
+		// registration: give it back rather than fail this one, and the
+		// buffers and rings the device registers next.
+		m, err = d.Register(buf[:cap(buf)], rdma.AccessLocalWrite)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -118,4 +126,32 @@ func (rc *regionCache) evictLocked() {
 		}
 		el = prev
 	}
+}
+
+// dropUnusedLocked drops every region not in use and reports whether
+// there was one. rc.mu is held.
+func (rc *regionCache) dropUnusedLocked() bool {
+	dropped := false
+	for el := rc.lru.Back(); el != nil; {
+		prev := el.Prev()
+		if e := el.Value.(*cachedRegion); e.refs == 0 {
+			rc.dropLocked(e)
+			dropped = true
+		}
+		el = prev
+	}
+	return dropped
+}
+
+// closeLocked forgets every region when the device closes (Close then
+// deregisters them all), so the memory they cover is no longer kept
+// referenced; a region still in use finds itself deregistered at its
+// release. rc.mu is held.
+func (rc *regionCache) closeLocked() {
+	for el := rc.lru.Front(); el != nil; el = el.Next() {
+		el.Value.(*cachedRegion).stale = true
+	}
+	rc.byEnd = nil
+	rc.lru.Init()
+	rc.bytes = 0
 }

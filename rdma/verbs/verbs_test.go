@@ -317,5 +317,19 @@ func TestRegionCache(t *testing.T) {
 		t.Error("region in use evicted")
 	}
 	d.ReleaseRegion(r5)
+
+	// Close forgets the cached regions (their memory is no longer kept);
+	// one still in use is released afterwards without harm, and the
+	// cache then refuses.
+	d.Close()
+	d.regions.mu.Lock()
+	kept := len(d.regions.byEnd) + d.regions.lru.Len()
+	d.regions.mu.Unlock()
+	if kept != 0 {
+		t.Errorf("%d regions still cached after Close", kept)
+	}
 	d.ReleaseRegion(r6)
+	if _, _, err := d.CachedRegion(other); !errors.Is(err, rdma.ErrClosed) {
+		t.Errorf("CachedRegion after Close: %v, want ErrClosed", err)
+	}
 }
