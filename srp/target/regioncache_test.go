@@ -3,6 +3,7 @@ package target
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -236,5 +237,97 @@ func TestDataOutCoreBufferNotCached(t *testing.T) {
 	checkGood(t, i.rspIU(), 12)
 	if !bytes.Equal(back, want) {
 		t.Fatal("the WRITE's data did not arrive")
+	}
+}
+
+// waitHeld waits for every cached region taken to be given back.
+func waitHeld(t *testing.T, cd *cacheDev) {
+	t.Helper()
+	_, held := cd.counts()
+	for deadline := time.Now().Add(3 * time.Second); held != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		_, held = cd.counts()
+	}
+	if held != 0 {
+		t.Errorf("%d cached regions never released", held)
+	}
+}
+
+// A WRITE placing its data-out through cached regions whose RDMA READs
+// stall (some posted, some queued behind ORD) gives its regions back
+// however it ends: the channel closed or logged out under it, or the
+// task aborted. When the cache fails and the data-out is fetched into a
+// buffer instead (bounceOut), the buffer's data memory is given back as
+// well.
+func TestCachedRegionsReleasedWhenFetchEnds(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		for _, how := range []string{"close", "logout", "abort"} {
+			t.Run(fmt.Sprintf("%s/fail=%v", how, fail), func(t *testing.T) {
+				e, cd := newCacheEnv(t, fail)
+				i := e.login(defaultLogin())
+				defer func() { _ = i.conn.Close() }()
+				i.tur(2)
+				if err := cd.raw.InjectFault(loopback.Fault{Op: rdma.OpRDMARead, Delay: 300 * time.Millisecond}); err != nil {
+					t.Fatal(err)
+				}
+				var ds []srp.DirectBuf
+				for k := range 32 {
+					_, d := i.buf(k*8192, 4096)
+					ds = append(ds, d)
+				}
+				i.sendIU(&srp.Cmd{Tag: 10, CDB: cdb10(0x2a, 0, 256), DataOut: srp.DataBuf{Format: srp.DescIndirect, Desc: ds, Table: i.tableAt(3<<20, ds), Len: 128 << 10}})
+				time.Sleep(100 * time.Millisecond)
+				if calls, held := cd.counts(); calls == 0 || held == 0 && !fail {
+					t.Fatalf("the WRITE holds no cached region (%d calls, %d held)", calls, held)
+				}
+				switch how {
+				case "close":
+					_ = i.conn.Close()
+					waitReleased(t, e)
+				case "logout":
+					removeSessions(e)
+					waitReleased(t, e)
+				case "abort":
+					i.sendIU(&srp.TaskMgmt{Tag: 100, Func: srp.TMFAbortTask, TaskTag: 10})
+					if r := i.rspIU(); r.Tag != 100 {
+						t.Fatalf("ABORT TASK: response for tag %d", r.Tag)
+					}
+				}
+				waitHeld(t, cd)
+				waitDataMemory(t, e, func(n int64) bool { return n == 0 }, "no data memory held once the WRITE ended")
+			})
+		}
+	}
+}
+
+// READs whose data-in goes out of cached regions give them back when the
+// channel goes away with their RDMA WRITEs stalled, posted or still
+// queued behind a full send queue (responses never posted).
+func TestCachedRegionsReleasedWhenDataInDropped(t *testing.T) {
+	for _, how := range []string{"close", "logout"} {
+		t.Run(how, func(t *testing.T) {
+			e, cd := newCacheEnv(t, false)
+			i := e.login(defaultLogin())
+			defer func() { _ = i.conn.Close() }()
+			i.tur(2)
+			if err := cd.raw.InjectFault(loopback.Fault{Op: rdma.OpRDMAWrite, Delay: 300 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			for k := range 12 {
+				_, d := i.buf(0, 1<<20)
+				i.sendIU(&srp.Cmd{Tag: uint64(10 + k), CDB: cdb10(0x28, uint32(k*2048), 2048), DataIn: direct(d)})
+			}
+			time.Sleep(100 * time.Millisecond)
+			if calls, held := cd.counts(); calls == 0 || held == 0 {
+				t.Fatalf("the READs hold no cached region (%d calls, %d held)", calls, held)
+			}
+			if how == "close" {
+				_ = i.conn.Close()
+			} else {
+				removeSessions(e)
+			}
+			waitReleased(t, e)
+			waitHeld(t, cd)
+		})
 	}
 }
