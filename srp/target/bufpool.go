@@ -13,6 +13,17 @@ func (c *channel) getBuf(n int) (rdma.MemoryRegion, error) {
 	if !c.port.reserveData(class) {
 		return nil, errDataMemory
 	}
+	mr, err := c.takeBuf(class)
+	if err != nil {
+		c.port.releaseData(class)
+	}
+	return mr, err
+}
+
+// takeBuf is getBuf of a size class whose charge against
+// Config.MaxDataMemory the caller has already taken; putBuf gives it back
+// with the buffer.
+func (c *channel) takeBuf(class int) (rdma.MemoryRegion, error) {
 	if l := c.pool[class]; len(l) > 0 {
 		mr := l[len(l)-1]
 		c.pool[class] = l[:len(l)-1]
@@ -22,7 +33,6 @@ func (c *channel) getBuf(n int) (rdma.MemoryRegion, error) {
 	}
 	mr, err := c.port.register(make([]byte, class), rdma.AccessLocalWrite)
 	if err != nil {
-		c.port.releaseData(class)
 		return nil, err
 	}
 	c.inUse[mr] = struct{}{}

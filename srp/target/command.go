@@ -287,12 +287,20 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 	if sc.ViewOut {
 		// No buffer, but the bytes in flight count against
 		// max_data_memory as a buffer's would: a peer that never answers
-		// the RDMA READs pins no more than the budget.
-		if !c.port.reserveData(cmd.fetch) {
+		// the RDMA READs pins no more than the budget. Where the views
+		// must be registered, a buffer's worth is taken, so that a
+		// failed registration can fall back on a buffer (bounceOut)
+		// without asking the budget again: the command then ends with
+		// its data, not with an error the budget of other channels made.
+		mem := cmd.fetch
+		if c.local == nil {
+			mem = bufClass(cmd.fetch)
+		}
+		if !c.port.reserveData(mem) {
 			c.busy(cmd, errDataMemory)
 			return
 		}
-		cmd.viewMem = cmd.fetch
+		cmd.viewMem = mem
 		c.execute(cmd)
 		return
 	}
@@ -781,13 +789,23 @@ func (c *channel) viewRegions(cmd *command, views [][]byte) bool {
 // are a buffer of the core's (scsi.Command.DataOutBuffered); the
 // data is copied into the views when the fetch ends (endFetch). The data
 // memory taken for the views goes to the buffer. It reports false when
-// there is no buffer either: the fetch fails.
+// there is no buffer either (its registration failed): the fetch fails.
 func (c *channel) bounceOut(cmd *command) bool {
-	if cmd.viewMem > 0 {
-		c.port.releaseData(cmd.viewMem)
-		cmd.viewMem = 0
+	var mr rdma.MemoryRegion
+	var err error
+	if class := bufClass(cmd.fetch); cmd.viewMem >= class {
+		// The budget taken for the views (startCmd) pays for the buffer.
+		if mr, err = c.takeBuf(class); err == nil {
+			c.port.releaseData(cmd.viewMem - class)
+			cmd.viewMem = 0
+		}
+	} else {
+		if cmd.viewMem > 0 {
+			c.port.releaseData(cmd.viewMem)
+			cmd.viewMem = 0
+		}
+		mr, err = c.getBuf(cmd.fetch)
 	}
-	mr, err := c.getBuf(cmd.fetch)
 	if err != nil {
 		c.log.Warn("no buffer for data-out", "tag", cmd.tag, "err", err)
 		return false

@@ -87,6 +87,13 @@ func newCacheEnv(t *testing.T, fail bool) (*env, *cacheDev) {
 // newCacheEnvLU is newCacheEnv that also returns the logical unit.
 func newCacheEnvLU(t *testing.T, fail bool) (*env, *cacheDev, *scsi.LogicalUnit) {
 	t.Helper()
+	return newCacheEnvCfg(t, fail, nil)
+}
+
+// newCacheEnvCfg is newCacheEnvLU with the port's configuration changed by
+// mod.
+func newCacheEnvCfg(t *testing.T, fail bool, mod func(*Config)) (*env, *cacheDev, *scsi.LogicalUnit) {
+	t.Helper()
 	st := scsi.NewTarget(scsi.TargetConfig{})
 	lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: backstore.NewRAM(64 << 20), BlockSize: 512})
 	if err != nil {
@@ -96,7 +103,7 @@ func newCacheEnvLU(t *testing.T, fail bool) (*env, *cacheDev, *scsi.LogicalUnit)
 		t.Fatal(err)
 	}
 	var cd *cacheDev
-	e := newEnvDev(t, nil, scsiCore{st}, func(td *trackDev, raw *loopback.Device) rdma.Device {
+	e := newEnvDev(t, mod, scsiCore{st}, func(td *trackDev, raw *loopback.Device) rdma.Device {
 		cd = &cacheDev{trackDev: td, raw: raw, byEnd: map[uintptr]cacheEntry{}, fail: fail}
 		return cd
 	})
@@ -330,4 +337,33 @@ func TestCachedRegionsReleasedWhenDataInDropped(t *testing.T) {
 			waitHeld(t, cd)
 		})
 	}
+}
+
+// A WRITE placed into the backstore over a device whose memory must be
+// registered takes a buffer's worth of max_data_memory (its size class)
+// before anything moves, so that when the registration then fails the
+// bounce buffer is already paid for (takeBuf, no second charge that other
+// commands could have made impossible meanwhile). With the budget at
+// exactly one buffer of max_data_len, a WRITE of max_data_len goes
+// through the buffer, its data lands, and the budget is whole again after.
+func TestBounceBufferPaidUpFront(t *testing.T) {
+	// 96 KiB of data-out, in a buffer class of 128 KiB: the whole budget.
+	e, _, _ := newCacheEnvCfg(t, true, func(c *Config) { c.MaxDataLen, c.MaxDataMemory = 96<<10, 128<<10 })
+	i := e.login(defaultLogin())
+	defer func() { _ = i.conn.Close() }()
+	i.tur(2)
+	b, d := i.buf(0, 96<<10)
+	fill(b, 7)
+	want := append([]byte(nil), b...)
+	i.sendIU(&srp.Cmd{Tag: 50, CDB: cdb10(0x2a, 0, 192), DataOut: direct(d)})
+	checkGood(t, i.rspIU(), 50)
+	waitDataMemory(t, e, func(n int64) bool { return n == 0 }, "no data memory held once the WRITE ended")
+	rb, rd := i.buf(1<<20, 96<<10)
+	clear(rb)
+	i.sendIU(&srp.Cmd{Tag: 51, CDB: cdb10(0x28, 0, 192), DataIn: direct(rd)})
+	checkGood(t, i.rspIU(), 51)
+	if !bytes.Equal(rb, want) {
+		t.Fatal("WRITE through the bounce buffer: data read back differs")
+	}
+	waitDataMemory(t, e, func(n int64) bool { return n == 0 }, "no data memory held once the READ ended")
 }
