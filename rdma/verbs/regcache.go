@@ -12,9 +12,11 @@ import (
 )
 
 // regionCacheBytes bounds the memory, in bytes, the region cache keeps
-// registered (and so pinned: it counts against RLIMIT_MEMLOCK) beyond the
-// regions in use: 1 GiB, a RAM LUN's hot set on most targets. The least
-// recently used regions beyond it are deregistered.
+// registered (and so pinned: it counts against RLIMIT_MEMLOCK): 1 GiB, a
+// RAM LUN's hot set on most targets. The least recently used regions not
+// in use are deregistered while it holds more; regions in use count too
+// but are never evicted, so the cache exceeds the bound only while more
+// than it is in use.
 const regionCacheBytes = 1 << 30
 
 // regionCache is a Device's rdma.RegionCache. Regions are keyed by the
