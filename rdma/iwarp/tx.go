@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"runtime"
 	"slices"
 	"syscall"
 	"time"
@@ -385,6 +386,9 @@ func (c *conn) writer() {
 			case <-c.done:
 			}
 		}
+		// Let the goroutines that are ready to post (those a batch of
+		// completions woke) queue their work first: one write for all.
+		runtime.Gosched()
 		var exit bool
 		exit, waitOwner = c.txRun(true)
 		c.announce()
