@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/gosrp/gosrp/internal/adminapi"
-	"github.com/gosrp/gosrp/scsi/sense"
 	"github.com/gosrp/gosrp/srp/initiator"
 	"github.com/spf13/cobra"
 )
@@ -101,7 +100,7 @@ func newBenchCmd() *cobra.Command {
 	var rw, bsStr, sizeStr string
 	var qd, channels, rwmix, procs int
 	var runtime time.Duration
-	var asJSON, fua, registerEach bool
+	var asJSON, fua, registerEach, blocking bool
 	var cpuProfile string
 	var verify, verifyOnly bool
 	var verifySeed uint64
@@ -264,7 +263,7 @@ func newBenchCmd() *cobra.Command {
 						seed: verifySeed, loops: loops, verifyOnly: verifyOnly, fua: fua,
 					}, asJSON)
 				}
-				res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua, registerEach)
+				res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua, registerEach, blocking)
 				if fatal != nil {
 					return fmt.Errorf("bench stopped after %d completed and %d failed I/Os: %w", res.IOs, res.Errors, fatal)
 				}
@@ -309,6 +308,7 @@ func newBenchCmd() *cobra.Command {
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON (ios: completed I/Os, errors: failed I/Os)")
 	f.BoolVar(&fua, "fua", false, "set FUA on writes")
 	f.BoolVar(&registerEach, "register-each", false, "register each command's memory instead of reusing registered buffers (not with --verify)")
+	f.BoolVar(&blocking, "blocking", false, "one goroutine per I/O in flight, each waiting for its command in Session.Run, instead of submitting the next command from the completion of the last (Session.Submit); always so with --register-each")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run (timed or --verify) to this file")
 	f.BoolVar(&verify, "verify", false, "data integrity run instead of a timed one: write every --bs slot of the region with CRC32C-checked blocks that carry their LBA, the run's seed and the pass, then read all back and check; exit status 1 on any mismatch")
 	f.BoolVar(&verifyOnly, "verify-only", false, "only read back and check what an earlier --verify run with the same --verify-seed, --loops, --bs, --size and --lun wrote")
@@ -403,9 +403,12 @@ func benchVerify(ctx context.Context, cmd *cobra.Command, s *conn, vc verifyConf
 
 // runBench runs qd workers for runtime. It stops early when the session is
 // gone for good (dev_loss_tmo expired, or closed) and returns that error.
-func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, nslots uint64, runtime time.Duration, fua, registerEach bool) (benchResult, error) {
+func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, nslots uint64, runtime time.Duration, fua, registerEach, blocking bool) (benchResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, runtime)
 	defer cancel()
+	if !registerEach && !blocking {
+		return runBenchAsync(ctx, cancel, s, benchJob{rw: rw, bs: bs, bsz: bsz, qd: qd, rwmix: rwmix, nslots: nslots, fua: fua})
+	}
 	var fatal error
 	var mu sync.Mutex
 	logged := map[string]bool{} // error texts already logged
@@ -474,8 +477,7 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 					ne++
 					// The LUN is gone (removed, or never there): every
 					// further command would fail the same way.
-					if errors.Is(err, initiator.ErrDevLoss) || errors.Is(err, initiator.ErrClosed) ||
-						initiator.IsSense(err, sense.KeyIllegalRequest, 0x25, 0) {
+					if benchFatal(err) {
 						mu.Lock()
 						if fatal == nil {
 							fatal = err
@@ -509,6 +511,11 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 		}(w)
 	}
 	wg.Wait()
+	return summarize(rw, bs, qd, start, ios, errs, all), fatal
+}
+
+// summarize makes the result of a timed run from its counts and latencies.
+func summarize(rw string, bs, qd int, start time.Time, ios, errs int64, all []time.Duration) benchResult {
 	el := time.Since(start).Seconds()
 	r := benchResult{RW: rw, BlockSize: bs, QueueDepth: qd, Runtime: el, IOs: ios, Errors: errs}
 	r.IOPS = float64(ios) / el
@@ -525,5 +532,5 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 		r.LatP50Us, r.LatP99Us, r.LatP999Us = pct(0.50), pct(0.99), pct(0.999)
 		r.LatMaxUs = us(all[len(all)-1])
 	}
-	return r, fatal
+	return r
 }

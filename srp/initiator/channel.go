@@ -67,6 +67,13 @@ type request struct {
 	done   chan struct{} // one token per response
 	refs   atomic.Int32
 	mrs    []rdma.MemoryRegion
+	// A submitted command's (Submit): its callback and Result, and the
+	// watchdog tick it was submitted at. cb is nil for Execute's commands
+	// and once the command is finished or handed to abort; guarded by ch.mu.
+	cb    func(error)
+	res   *Result
+	inLen int
+	tick  uint64
 
 	// Guarded by ch.mu.
 	gen    uint32
@@ -147,8 +154,17 @@ type channel struct {
 	// the poll goroutine, which wake wakes.
 	pollMu  sync.Mutex
 	hooking bool
-	hookErr error
-	wake    chan struct{}
+
+	// draining is set while completions are handled; a Submit from a
+	// callback then defers its post and sets deferred, and drain rings the
+	// doorbell once after the batch.
+	draining, deferred atomic.Bool
+	watchdogOnce       sync.Once
+	watchdogOn         atomic.Bool   // the watchdog was started
+	watchdogDone       chan struct{} // closed when it ends
+	tick               uint64        // watchdog ticks; guarded by mu
+	hookErr            error
+	wake               chan struct{}
 }
 
 // loginPrivateData builds the 56-byte RDMA/CM form of SRP_LOGIN_REQ
@@ -227,7 +243,7 @@ func dialChannel(ctx context.Context, s *Session, idx int) (*channel, error) {
 		s: s, idx: idx, conn: conn, info: li, useImm: li.ImmediateData,
 		maxIT: li.UsedITIULen, maxTI: int(li.MaxTIIULen), reqLim: int(li.ReqLimDelta),
 		log: s.log.With("ch", idx), creditSignal: make(chan struct{}),
-		dead: make(chan struct{}), pollDone: make(chan struct{}), wake: make(chan struct{}, 1),
+		dead: make(chan struct{}), pollDone: make(chan struct{}), watchdogDone: make(chan struct{}), wake: make(chan struct{}, 1),
 	}
 	if err := ch.setup(); err != nil {
 		ch.release()
@@ -369,6 +385,13 @@ func (ch *channel) poll() {
 
 // drain takes and handles every completion available; with pollMu held.
 func (ch *channel) drain(h rdma.CQNotifier) error {
+	ch.draining.Store(true)
+	defer func() {
+		ch.draining.Store(false)
+		if ch.deferred.Swap(false) {
+			ch.conn.(rdma.Doorbeller).Doorbell()
+		}
+	}()
 	for {
 		n, err := h.TryPoll(ch.comps[:])
 		for i := range ch.comps[:n] {
@@ -557,6 +580,8 @@ func (ch *channel) receiveRsp(b []byte) {
 	}
 	r := &ch.reqs[idx]
 	r.active = false
+	cb := r.cb
+	r.cb = nil
 	ch.mu.Unlock()
 	r.flags, r.status = uint8(q.Flags), q.Status
 	r.dataOutRes, r.dataInRes = q.DataOutResCnt, q.DataInResCnt
@@ -564,6 +589,10 @@ func (ch *channel) receiveRsp(b []byte) {
 	r.sense = nil
 	if q.Flags&srp.SnsValid != 0 {
 		r.sense = r.senseBuf[:copy(r.senseBuf[:], q.Sense)]
+	}
+	if cb != nil {
+		ch.finishSubmitted(r, cb)
+		return
 	}
 	r.done <- struct{}{}
 }
@@ -678,6 +707,7 @@ func (r *request) unmap() {
 // completed: the target aborted them and sends no response (ib_srp
 // srp_reset_device finishes them with DID_RESET).
 func (ch *channel) resetDone(lun uint64) {
+	ch.endSubmitted(func(r *request) bool { return r.lun == lun }, fmt.Errorf("%w: logical unit reset", ErrAborted))
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	for i := range ch.reqs {

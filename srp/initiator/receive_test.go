@@ -46,7 +46,7 @@ func newStubChannel(t testing.TB) (*channel, *stubConn) {
 	sc := &stubConn{}
 	li := LoginInfo{ReqLimDelta: 8, MaxITIULen: 8276, MaxTIIULen: 256, UsedITIULen: 8260, CanQueue: 7}
 	ch := &channel{s: s, conn: sc, info: li, maxIT: 8260, maxTI: 256, reqLim: 8, log: s.log,
-		creditSignal: make(chan struct{}), dead: make(chan struct{}), pollDone: make(chan struct{})}
+		creditSignal: make(chan struct{}), dead: make(chan struct{}), pollDone: make(chan struct{}), watchdogDone: make(chan struct{})}
 	if err := ch.setup(); err != nil {
 		t.Fatal(err)
 	}

@@ -125,6 +125,10 @@ func (ch *channel) close() {
 		ch.conn.Close()
 	})
 	<-ch.pollDone
+	if ch.watchdogOn.Load() {
+		// Submitted commands are finished (their callbacks run) on close.
+		<-ch.watchdogDone
+	}
 }
 
 // Info returns channel 0's login facts.

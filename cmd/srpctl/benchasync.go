@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gosrp/gosrp/scsi/sense"
+	"github.com/gosrp/gosrp/srp/initiator"
+)
+
+// benchJob is what a timed run does.
+type benchJob struct {
+	rw          string
+	bs, bsz, qd int
+	rwmix       int
+	nslots      uint64
+	fua         bool
+}
+
+// benchFatal reports errors after which every further command would fail
+// the same way: the LUN is gone (removed, or never there) or the session
+// is.
+func benchFatal(err error) bool {
+	return errors.Is(err, initiator.ErrDevLoss) || errors.Is(err, initiator.ErrClosed) ||
+		initiator.IsSense(err, sense.KeyIllegalRequest, 0x25, 0)
+}
+
+// asyncRun is the shared state of a timed run driven by Session.Submit.
+type asyncRun struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	s      *conn
+	job    benchJob
+	start  time.Time
+
+	mu     sync.Mutex
+	logged map[string]bool // error texts already logged
+	fatal  error
+	all    []time.Duration
+	ios    int64
+	errs   int64
+	wg     sync.WaitGroup
+}
+
+// asyncSlot is one I/O in flight: its command, registered buffers and
+// counts. Its next command is submitted from the completion of the last,
+// on the channel's completion goroutine; when a command cannot be
+// submitted (no slot or credit, the session reconnecting) or failed, the
+// slot carries on in a goroutine with Session.Run, which waits as it must,
+// and returns to submitting after it.
+type asyncSlot struct {
+	r             *asyncRun
+	rng           *rand.Rand
+	seq           uint64
+	cmd           initiator.Command
+	res           initiator.Result
+	cdb           [16]byte
+	inBuf, outBuf *initiator.Buffer
+	t0            time.Time
+	ua            int // UNIT ATTENTION re-issues of the current command
+	n, ne         int64
+	lat           []time.Duration
+	done          func(error)
+}
+
+// runBenchAsync runs a timed job with qd commands in flight, each slot
+// submitting its next command when the last completes (as fio's
+// asynchronous engines reap and submit): no goroutine waits per command.
+func runBenchAsync(ctx context.Context, cancel context.CancelFunc, s *conn, job benchJob) (benchResult, error) {
+	r := &asyncRun{ctx: ctx, cancel: cancel, s: s, job: job, start: time.Now(), logged: map[string]bool{}}
+	slots := make([]*asyncSlot, job.qd)
+	for w := range slots {
+		a := &asyncSlot{r: r, rng: rand.New(rand.NewPCG(uint64(w), uint64(r.start.UnixNano())))}
+		a.seq = uint64(w) * (job.nslots / uint64(job.qd))
+		a.cmd.LUN, a.cmd.CDB = s.lun, a.cdb[:]
+		a.lat = make([]time.Duration, 0, 1<<14)
+		a.done = a.completed
+		var err error
+		if a.inBuf, err = s.NewBuffer(job.bs, true); err == nil {
+			a.outBuf, err = s.NewBuffer(job.bs, false)
+		}
+		if err != nil {
+			for _, b := range slots[:w+1] {
+				if b != nil {
+					b.release()
+				}
+			}
+			if a.inBuf != nil {
+				a.inBuf.Release()
+			}
+			return benchResult{}, err
+		}
+		out := a.outBuf.Bytes()
+		for i := range out {
+			out[i] = byte(i*7 + w)
+		}
+		slots[w] = a
+	}
+	for _, a := range slots {
+		r.wg.Add(1)
+		if a.next() != nil {
+			go a.runBlocking()
+		}
+	}
+	r.wg.Wait()
+	for _, a := range slots {
+		a.release()
+	}
+	return summarize(job.rw, job.bs, job.qd, r.start, r.ios, r.errs, r.all), r.fatal
+}
+
+func (a *asyncSlot) release() {
+	if a.inBuf != nil {
+		a.inBuf.Release()
+	}
+	if a.outBuf != nil {
+		a.outBuf.Release()
+	}
+}
+
+// prepare sets up the slot's next command.
+func (a *asyncSlot) prepare() {
+	j := &a.r.job
+	var slot uint64
+	if strings.HasPrefix(j.rw, "rand") {
+		slot = a.rng.Uint64N(j.nslots)
+	} else {
+		slot = a.seq % j.nslots
+		a.seq++
+	}
+	read := j.rw == "read" || j.rw == "randread" || ((j.rw == "rw" || j.rw == "randrw") && a.rng.IntN(100) < j.rwmix)
+	if read {
+		a.cmd.Buffer = a.inBuf
+	} else {
+		a.cmd.Buffer = a.outBuf
+	}
+	a.cmd.Length = j.bs
+	initiator.PutRW16(a.cdb[:], !read, slot*uint64(j.bs/j.bsz), uint32(j.bs/j.bsz), j.fua && !read)
+	a.ua = 0
+	a.t0 = time.Now()
+}
+
+// next prepares and submits the slot's next command; an error leaves it
+// prepared for runBlocking.
+func (a *asyncSlot) next() error {
+	a.prepare()
+	return a.r.s.Submit(&a.cmd, &a.res, a.done)
+}
+
+// completed is the slot's Submit callback.
+func (a *asyncSlot) completed(err error) {
+	d := time.Since(a.t0)
+	if err == nil {
+		err = a.res.Err()
+		// Re-issue a command that met a UNIT ATTENTION (after a reconnect,
+		// a reset), as Session.Run and the SCSI midlayer under fio do.
+		var se *initiator.SenseError
+		if errors.As(err, &se) && se.Key == sense.KeyUnitAttention && !se.Deferred && a.ua < 3 {
+			a.ua++
+			if a.r.s.Submit(&a.cmd, &a.res, a.done) != nil {
+				go a.runBlocking()
+			}
+			return
+		}
+	}
+	if !a.record(err, d) {
+		a.finish()
+		return
+	}
+	if err != nil {
+		// Pause, as after a failed command in a blocking run.
+		go func() {
+			time.Sleep(time.Millisecond)
+			if a.next() != nil {
+				a.runBlocking()
+			}
+		}()
+		return
+	}
+	if a.next() != nil {
+		go a.runBlocking()
+	}
+}
+
+// runBlocking runs the slot's prepared command with Session.Run and the
+// following ones until one can be submitted again.
+func (a *asyncSlot) runBlocking() {
+	for {
+		_, err := a.r.s.Run(context.Background(), &a.cmd)
+		if !a.record(err, time.Since(a.t0)) {
+			a.finish()
+			return
+		}
+		if err != nil {
+			time.Sleep(time.Millisecond)
+		}
+		if a.next() == nil {
+			return
+		}
+	}
+}
+
+// record counts a command's outcome; it reports whether the slot goes on.
+func (a *asyncSlot) record(err error, d time.Duration) bool {
+	r := a.r
+	if err == nil {
+		a.n++
+		a.lat = append(a.lat, d)
+		return r.ctx.Err() == nil
+	}
+	a.ne++
+	if benchFatal(err) {
+		r.mu.Lock()
+		if r.fatal == nil {
+			r.fatal = err
+		}
+		r.mu.Unlock()
+		r.cancel()
+		return false
+	}
+	if r.ctx.Err() != nil {
+		return false
+	}
+	// Each distinct error once: a failing target would otherwise log
+	// every command.
+	r.mu.Lock()
+	first := !r.logged[err.Error()]
+	r.logged[err.Error()] = true
+	r.mu.Unlock()
+	if first {
+		r.s.Options().Logger.Warn("bench I/O failed (further identical errors are only counted)", "err", err)
+	}
+	return true
+}
+
+// finish adds the slot's counts to the run's.
+func (a *asyncSlot) finish() {
+	r := a.r
+	r.mu.Lock()
+	r.all = append(r.all, a.lat...)
+	r.ios += a.n
+	r.errs += a.ne
+	r.mu.Unlock()
+	r.wg.Done()
+}
