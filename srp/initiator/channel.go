@@ -70,10 +70,11 @@ type request struct {
 	// A submitted command's (Submit): its callback and Result, and the
 	// watchdog tick it was submitted at. cb is nil for Execute's commands
 	// and once the command is finished or handed to abort; guarded by ch.mu.
-	cb    func(error)
-	res   *Result
-	inLen int
-	tick  uint64
+	cb      func(error)
+	res     *Result
+	inLen   int
+	tick    uint64
+	posting bool // Submit has not yet posted it
 
 	// Guarded by ch.mu.
 	gen    uint32
@@ -707,14 +708,27 @@ func (r *request) unmap() {
 // completed: the target aborted them and sends no response (ib_srp
 // srp_reset_device finishes them with DID_RESET).
 func (ch *channel) resetDone(lun uint64) {
-	ch.endSubmitted(func(r *request) bool { return r.lun == lun }, fmt.Errorf("%w: logical unit reset", ErrAborted))
+	var ended []*request
+	var cbs []func(error)
 	ch.mu.Lock()
-	defer ch.mu.Unlock()
 	for i := range ch.reqs {
 		r := &ch.reqs[i]
-		if r.kind == slotCmd && r.active && r.lun == lun {
+		if r.kind != slotCmd || !r.active || r.lun != lun {
+			continue
+		}
+		switch {
+		case r.cb == nil:
+			// A waiting goroutine's (Execute's, or abort's).
 			r.active, r.reset = false, true
 			r.done <- struct{}{}
+		case !r.posting:
+			ended = append(ended, r)
+			cbs = append(cbs, r.cb)
+			r.cb, r.res, r.active = nil, nil, false
 		}
+		// A submitted command still being posted may have reached the
+		// target after the reset: its response, or its timeout, ends it.
 	}
+	ch.mu.Unlock()
+	endAll(ended, cbs, fmt.Errorf("%w: logical unit reset", ErrAborted))
 }

@@ -193,10 +193,7 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 		select {
 		case <-r.done:
 			t.Stop()
-			ch.fill(r, res, inLen)
-			r.unmap()
-			r.put()
-			return nil
+			return ch.endAborting(r, res, inLen)
 		case <-t.C():
 			err = fmt.Errorf("ABORT TASK failed (%s) and no response arrived", srp.TMFRspName(code))
 		case <-ch.dead:
@@ -205,11 +202,8 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 	}
 	select {
 	case <-r.done:
-		// The command completed after all.
-		ch.fill(r, res, inLen)
-		r.unmap()
-		r.put()
-		return nil
+		// The command completed after all (or a LUN reset ended it).
+		return ch.endAborting(r, res, inLen)
 	default:
 	}
 	if err != nil {
@@ -224,6 +218,20 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 	r.unmap()
 	r.put()
 	return fmt.Errorf("%w: %w", ErrAborted, why)
+}
+
+// endAborting ends a command being aborted whose response token came: its
+// SRP_RSP, or a LOGICAL UNIT RESET that ended it without one (resetDone).
+func (ch *channel) endAborting(r *request, res *Result, inLen int) error {
+	if r.reset {
+		r.unmap()
+		r.put()
+		return fmt.Errorf("%w: logical unit reset", ErrAborted)
+	}
+	ch.fill(r, res, inLen)
+	r.unmap()
+	r.put()
+	return nil
 }
 
 // build encodes the SRP_CMD for cmd into r.iu with the srp codec and maps

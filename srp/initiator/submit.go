@@ -28,7 +28,9 @@ const watchdogTicks = 4
 // down first (Submit does not re-issue the command), ErrAborted after a
 // timeout (Options.CommandTimeout, with ABORT TASK as in Execute) or a
 // LOGICAL UNIT RESET. cmd, its data and res belong to the command until
-// done runs.
+// done runs. Close ends the submitted commands before it returns, except
+// those being aborted after a timeout, whose ABORT TASK ends first.
+// done must not call Close.
 //
 // done runs on the channel's completion goroutine when the response
 // arrives, with the completions of the same batch: it must not block, and
@@ -77,28 +79,38 @@ func (s *Session) Submit(cmd *Command, res *Result, done func(error)) error {
 		r.put()
 		return ErrChannelDown
 	}
-	r.cb, r.res, r.inLen, r.tick = done, res, inLen, ch.tick
+	r.cb, r.res, r.inLen, r.tick, r.posting = done, res, inLen, ch.tick, true
+	tag := r.tag
 	ch.mu.Unlock()
-	if err := r.postAsync(n); err != nil {
-		ch.mu.Lock()
-		owned := r.cb != nil
-		r.cb, r.res, r.active = nil, nil, false
+	err = r.postAsync(n)
+	ch.mu.Lock()
+	if err == nil {
+		// The command may have completed meanwhile, and its slot been
+		// submitted again by the callback: the tag tells.
+		if r.tag == tag {
+			r.posting = false
+		}
 		ch.mu.Unlock()
-		if !owned {
-			// The channel's loss already finished the command.
-			return nil
-		}
-		r.unmap()
-		ch.returnCredit()
-		r.put()
-		r.put()
-		if errors.Is(err, rdma.ErrClosed) {
-			ch.fail(err)
-			return ErrChannelDown
-		}
-		return err
+		return nil
 	}
-	return nil
+	// Not posted: no response can have come.
+	r.posting = false
+	owned := r.cb != nil
+	r.cb, r.res, r.active = nil, nil, false
+	ch.mu.Unlock()
+	if !owned {
+		// The channel's loss already finished the command.
+		return nil
+	}
+	r.unmap()
+	ch.returnCredit()
+	r.put()
+	r.put()
+	if errors.Is(err, rdma.ErrClosed) {
+		ch.fail(err)
+		return ErrChannelDown
+	}
+	return err
 }
 
 // pickNow is pick without waiting: the next live channel in turn and how
@@ -251,6 +263,11 @@ func (ch *channel) endSubmitted(match func(*request) bool, err error) {
 		}
 	}
 	ch.mu.Unlock()
+	endAll(ended, cbs, err)
+}
+
+// endAll finishes submitted commands taken from their slots with err.
+func endAll(ended []*request, cbs []func(error), err error) {
 	for i, r := range ended {
 		r.unmap()
 		r.put()

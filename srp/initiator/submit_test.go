@@ -235,6 +235,41 @@ func TestSubmitLUNReset(t *testing.T) {
 	}
 }
 
+// TestSubmitFromResetCallback: a command submitted by the callback of one
+// a LOGICAL UNIT RESET ended is not taken for one of the reset's.
+func TestSubmitFromResetCallback(t *testing.T) {
+	ft, s := setup(t, nil)
+	ctx := testCtx(t)
+	ft.mu.Lock()
+	ft.hold = true
+	ft.mu.Unlock()
+	var res, res2 Result
+	cmd2 := Command{CDB: make([]byte, 6)}
+	first, second := make(chan error, 1), make(chan error, 1)
+	err := s.Submit(&Command{CDB: make([]byte, 6)}, &res, func(err error) {
+		first <- err
+		ft.mu.Lock()
+		ft.hold = false
+		ft.mu.Unlock()
+		if err := s.Submit(&cmd2, &res2, func(err error) { second <- err }); err != nil {
+			second <- err
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(t, ft, 1)
+	if err := s.LUNReset(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitErr(t, first); !errors.Is(err, ErrAborted) {
+		t.Errorf("command over the reset: %v, want ErrAborted", err)
+	}
+	if err := waitErr(t, second); err != nil || res2.Err() != nil {
+		t.Errorf("command submitted after the reset: %v, %v; want GOOD", err, res2.Err())
+	}
+}
+
 // TestSubmitClose: Close ends submitted commands (their callbacks have run
 // when it returns) and Submit after Close fails at once.
 func TestSubmitClose(t *testing.T) {
