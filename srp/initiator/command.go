@@ -54,6 +54,10 @@ type Result struct {
 	// DataInResidual / DataOutResidual are the residual counts in bytes
 	// (underflow or overflow per Flags).
 	DataInResidual, DataOutResidual uint32
+
+	// ch is the channel a submitted command completed on (Submit's first
+	// choice for the next command into this Result).
+	ch *channel
 }
 
 // Err converts a non-GOOD status to an error: *SenseError for CHECK

@@ -43,16 +43,21 @@ const watchdogTicks = 4
 // session's ErrFastIOFail, ErrDevLoss or ErrClosed, and Execute's mapping
 // errors; done is then not called.
 func (s *Session) Submit(cmd *Command, res *Result, done func(error)) error {
-	var ch *channel
 	var r *request
-	for try, n := 0, 1; try < n; try++ {
+	// The first choice is the channel res last completed on while it is
+	// handling completions (so a callback submitting the next command
+	// into the same Result): the command goes out with that batch's
+	// doorbell.
+	ch := res.ch
+	if ch != nil && ch.s == s && ch.draining.Load() && !ch.down() {
+		r = ch.takeNow()
+	}
+	for try, n := 0, 1; r == nil && try < n; try++ {
 		var err error
 		if ch, n, err = s.pickNow(); err != nil {
 			return err
 		}
-		if r = ch.takeNow(); r != nil {
-			break
-		}
+		r = ch.takeNow()
 	}
 	if r == nil {
 		return ErrQueueFull
@@ -187,6 +192,7 @@ func (ch *channel) finishSubmitted(r *request, cb func(error)) {
 	res := r.res
 	r.res = nil
 	ch.fill(r, res, r.inLen)
+	res.ch = ch
 	r.unmap()
 	r.put()
 	cb(nil)

@@ -109,6 +109,11 @@ func iwarpStack(t testing.TB) (context.Context, *initiator.Session) {
 // iwarpStackOn is iwarpStack with the logical unit on bs, the initiator's
 // max_sect (0: its default) and the port's MaxRDMASize (0: its default).
 func iwarpStackOn(t testing.TB, bs backstore.Backstore, maxSect, maxRDMA int) (context.Context, *initiator.Session) {
+	return iwarpStackChannels(t, bs, maxSect, maxRDMA, 1)
+}
+
+// iwarpStackChannels is iwarpStackOn with chCount RDMA channels.
+func iwarpStackChannels(t testing.TB, bs backstore.Backstore, maxSect, maxRDMA, chCount int) (context.Context, *initiator.Session) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st := scsi.NewTarget(scsi.TargetConfig{})
@@ -142,7 +147,7 @@ func iwarpStackOn(t testing.TB, bs backstore.Backstore, maxSect, maxRDMA int) (c
 	t.Cleanup(func() { _ = idev.Close() })
 	_, portStr, _ := net.SplitHostPort(l.Addr().String())
 	s, err := initiator.Dial(ctx, idev, initiator.Options{IDExt: testGUID, IOCGUID: testGUID,
-		Dest: "127.0.0.1:" + portStr, ChCount: 1, MaxSect: maxSect, Logger: log})
+		Dest: "127.0.0.1:" + portStr, ChCount: chCount, MaxSect: maxSect, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
