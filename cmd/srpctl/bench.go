@@ -264,16 +264,26 @@ func newBenchCmd() *cobra.Command {
 					}, asJSON)
 				}
 				res, fatal := runBench(ctx, s, rw, bs, bsz, qd, rwmix, nblk, runtime, fua, registerEach, blocking)
-				if fatal != nil {
-					return fmt.Errorf("bench stopped after %d completed and %d failed I/Os: %w", res.IOs, res.Errors, fatal)
-				}
 				res.Channels, res.Procs = s.Options().ChCount, goruntime.GOMAXPROCS(0)
 				res.Job = fmt.Sprintf("%s-%s", rw, strings.ToLower(bsStr))
 				w := cmd.OutOrStdout()
 				if asJSON {
+					// The figures so far, and the same exit status as the
+					// text form.
 					enc := json.NewEncoder(w)
 					enc.SetIndent("", "  ")
-					return enc.Encode(res)
+					if err := enc.Encode(res); err != nil {
+						return err
+					}
+				}
+				if fatal != nil {
+					return fmt.Errorf("bench stopped after %d completed and %d failed I/Os: %w", res.IOs, res.Errors, fatal)
+				}
+				if asJSON {
+					if res.Errors > 0 {
+						return fmt.Errorf("%d of %d I/Os failed", res.Errors, res.IOs+res.Errors)
+					}
+					return nil
 				}
 				fmt.Fprintf(w, "%s: bs=%d iodepth=%d channels=%d procs=%d runtime=%.1fs\n", res.Job, bs, qd, res.Channels, res.Procs, res.Runtime)
 				// IOPS, bandwidth and latencies are of the completed I/Os.

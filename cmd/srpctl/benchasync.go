@@ -154,6 +154,13 @@ func (a *asyncSlot) next() error {
 // completed is the slot's Submit callback.
 func (a *asyncSlot) completed(err error) {
 	d := time.Since(a.t0)
+	if errors.Is(err, initiator.ErrChannelDown) {
+		// The channel went down before the response: re-issue the command
+		// once the session has a channel again, as Execute does (Run waits
+		// for the reconnect, or fails as fast_io_fail or dev_loss say).
+		go a.runBlocking()
+		return
+	}
 	if err == nil {
 		err = a.res.Err()
 		// Re-issue a command that met a UNIT ATTENTION (after a reconnect,

@@ -208,7 +208,8 @@ func (ch *channel) startWatchdog() {
 }
 
 // watchdog ticks every CommandTimeout/watchdogTicks; a submitted command
-// that has seen watchdogTicks ticks is aborted (abort, on a goroutine of
+// that has seen more than watchdogTicks ticks (so at least CommandTimeout
+// old) is aborted (abort, on a goroutine of
 // its own). When the channel goes down it finishes every submitted command
 // still waiting with ErrChannelDown (ErrClosed when the session was
 // closed).
@@ -238,7 +239,7 @@ func (ch *channel) watchdog() {
 		ch.tick++
 		for i := range ch.reqs {
 			r := &ch.reqs[i]
-			if r.kind != slotCmd || !r.active || r.cb == nil || ch.tick-r.tick < watchdogTicks {
+			if r.kind != slotCmd || !r.active || r.cb == nil || ch.tick-r.tick <= watchdogTicks {
 				continue
 			}
 			// The waiting passes to a goroutine, as Execute's: the

@@ -184,10 +184,12 @@ func TestSubmitTimeoutAborts(t *testing.T) {
 	errc := submitOne(t, s, &Command{CDB: make([]byte, 6)}, &res)
 	waitHeld(t, ft, 1)
 	tick := DefaultCommandTimeout / watchdogTicks
-	for i := 1; i <= watchdogTicks; i++ {
+	// Submitted just after tick 0: CommandTimeout is up at tick
+	// watchdogTicks (not seen as such), the command ends at the next.
+	for i := 1; i <= watchdogTicks+1; i++ {
 		waitFor(t, ctx, "the watchdog's timer", func() bool { return clk.running() == 1 })
 		clk.Advance(tick)
-		if i == watchdogTicks {
+		if i == watchdogTicks+1 {
 			break
 		}
 		select {
