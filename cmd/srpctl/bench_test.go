@@ -418,3 +418,66 @@ func TestBenchRefusesLessThanABlock(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchRidesOutLogout: the target logs the initiator out
+// (SRP_T_LOGOUT) in the middle of a run; the commands in flight are
+// re-issued once srpctl has logged in again, as the SCSI midlayer would
+// re-queue them, so the run ends without a failed I/O, in both modes
+// (submitted from completions, and --blocking).
+func TestBenchRidesOutLogout(t *testing.T) {
+	ctx := adminTestCtx(t)
+	info, data := startSrptd(t, ctx)
+	sock := filepath.Join(data, "srptd.sock")
+	for _, mode := range []string{"submit", "blocking"} {
+		t.Run(mode, func(t *testing.T) {
+			c := newBenchCmd()
+			var out bytes.Buffer
+			c.SetOut(&out)
+			c.SetErr(&out)
+			args := []string{info[0], "--rw", "randrw", "--qd", "16", "--channels", "2", "--runtime", "3s", "--size", "64m"}
+			if mode == "blocking" {
+				args = append(args, "--blocking")
+			}
+			c.SetArgs(args)
+			done := make(chan error, 1)
+			go func() { done <- c.ExecuteContext(ctx) }()
+			// Log the initiator out once its channels carry commands.
+			var ipid string
+			for ipid == "" {
+				js, err := srpctl(ctx, sock, "sessions", "--json")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var rows []struct {
+					InitiatorPort string
+					Commands      uint64
+				}
+				if err := json.Unmarshal([]byte(js), &rows); err != nil {
+					t.Fatalf("%v in %q", err, js)
+				}
+				if len(rows) == 2 && rows[0].Commands > 100 && rows[1].Commands > 100 {
+					ipid = rows[0].InitiatorPort
+					break
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("bench ended before the logout: %v\n%s", err, out.String())
+				case <-ctx.Done():
+					t.Fatal("bench issued no commands")
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			if o, err := srpctl(ctx, sock, "logout", ipid); err != nil {
+				t.Fatalf("logout: %v %s", err, o)
+			}
+			select {
+			case err := <-done:
+				if err != nil || !strings.Contains(out.String(), " failed=0;") {
+					t.Fatalf("bench across a logout: %v\n%s", err, out.String())
+				}
+			case <-ctx.Done():
+				t.Fatalf("bench did not end after the logout\n%s", out.String())
+			}
+		})
+	}
+}
