@@ -615,8 +615,7 @@ func (ch *channel) addCredits(d int32) {
 func (ch *channel) takeCredit(ctx context.Context, reserve int) error {
 	for {
 		ch.mu.Lock()
-		if ch.reqLim > reserve {
-			ch.reqLim--
+		if ch.takeCreditLocked(reserve) {
 			ch.mu.Unlock()
 			return nil
 		}
@@ -631,6 +630,24 @@ func (ch *channel) takeCredit(ctx context.Context, reserve int) error {
 			return ErrChannelDown
 		}
 	}
+}
+
+// takeCreditLocked takes a credit if the request limit is above reserve.
+// Caller holds ch.mu.
+func (ch *channel) takeCreditLocked(reserve int) bool {
+	if ch.reqLim > reserve {
+		ch.reqLim--
+		return true
+	}
+	return false
+}
+
+// tryTakeCredit is takeCredit without waiting: it reports whether a credit
+// was taken.
+func (ch *channel) tryTakeCredit(reserve int) bool {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.takeCreditLocked(reserve)
 }
 
 func (ch *channel) returnCredit() {

@@ -119,16 +119,7 @@ func (ch *channel) execute(ctx context.Context, cmd *Command, res *Result) error
 		err = r.post(n)
 	}
 	if err != nil {
-		r.deactivate()
-		r.unmap()
-		ch.returnCredit()
-		r.put()
-		r.put()
-		if errors.Is(err, rdma.ErrClosed) {
-			ch.fail(err)
-			return ErrChannelDown
-		}
-		return err
+		return ch.unissue(r, err)
 	}
 	var timedOut <-chan time.Time
 	if d := ch.s.opts.CommandTimeout; d > 0 {
@@ -160,15 +151,23 @@ func (ch *channel) execute(ctx context.Context, cmd *Command, res *Result) error
 			return ErrChannelDown
 		}
 	}
-	if r.reset {
-		r.unmap()
-		r.put()
-		return fmt.Errorf("%w: logical unit reset", ErrAborted)
-	}
-	ch.fill(r, res, inLen)
+	return ch.finish(r, res, inLen)
+}
+
+// unissue gives back the slot and credit of a command that was not posted
+// (err is why); a closed connection takes the channel down and reads as
+// ErrChannelDown.
+func (ch *channel) unissue(r *request, err error) error {
+	r.deactivate()
 	r.unmap()
+	ch.returnCredit()
 	r.put()
-	return nil
+	r.put()
+	if errors.Is(err, rdma.ErrClosed) {
+		ch.fail(err)
+		return ErrChannelDown
+	}
+	return err
 }
 
 func (ch *channel) fill(r *request, res *Result, inLen int) {
@@ -197,7 +196,7 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 		select {
 		case <-r.done:
 			t.Stop()
-			return ch.endAborting(r, res, inLen)
+			return ch.finish(r, res, inLen)
 		case <-t.C():
 			err = fmt.Errorf("ABORT TASK failed (%s) and no response arrived", srp.TMFRspName(code))
 		case <-ch.dead:
@@ -207,7 +206,7 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 	select {
 	case <-r.done:
 		// The command completed after all (or a LUN reset ended it).
-		return ch.endAborting(r, res, inLen)
+		return ch.finish(r, res, inLen)
 	default:
 	}
 	if err != nil {
@@ -224,9 +223,9 @@ func (ch *channel) abort(r *request, lun uint64, why error, res *Result, inLen i
 	return fmt.Errorf("%w: %w", ErrAborted, why)
 }
 
-// endAborting ends a command being aborted whose response token came: its
-// SRP_RSP, or a LOGICAL UNIT RESET that ended it without one (resetDone).
-func (ch *channel) endAborting(r *request, res *Result, inLen int) error {
+// finish ends a command whose response token came: its SRP_RSP, or a
+// LOGICAL UNIT RESET that ended it without one (resetDone).
+func (ch *channel) finish(r *request, res *Result, inLen int) error {
 	if r.reset {
 		r.unmap()
 		r.put()

@@ -67,22 +67,13 @@ func (s *Session) Submit(cmd *Command, res *Result, done func(error)) error {
 	r.activate(2)
 	n, inLen, err := ch.build(r, cmd)
 	if err != nil {
-		r.deactivate()
-		ch.returnCredit()
-		r.put()
-		r.put()
-		return err
+		return ch.unissue(r, err)
 	}
 	ch.mu.Lock()
 	if ch.down() {
 		// Gone down before the watchdog could see this command.
 		ch.mu.Unlock()
-		r.deactivate()
-		r.unmap()
-		ch.returnCredit()
-		r.put()
-		r.put()
-		return ErrChannelDown
+		return ch.unissue(r, ErrChannelDown)
 	}
 	r.cb, r.res, r.inLen, r.tick, r.posting = done, res, inLen, ch.tick, true
 	tag := r.tag
@@ -107,15 +98,7 @@ func (s *Session) Submit(cmd *Command, res *Result, done func(error)) error {
 		// The channel's loss already finished the command.
 		return nil
 	}
-	r.unmap()
-	ch.returnCredit()
-	r.put()
-	r.put()
-	if errors.Is(err, rdma.ErrClosed) {
-		ch.fail(err)
-		return ErrChannelDown
-	}
-	return err
+	return ch.unissue(r, err)
 }
 
 // pickNow is pick without waiting: the next live channel in turn and how
@@ -151,14 +134,10 @@ func (ch *channel) takeNow() *request {
 	default:
 		return nil
 	}
-	ch.mu.Lock()
-	if ch.reqLim <= tmfReserve {
-		ch.mu.Unlock()
+	if !ch.tryTakeCredit(tmfReserve) {
 		ch.free <- r
 		return nil
 	}
-	ch.reqLim--
-	ch.mu.Unlock()
 	return r
 }
 
