@@ -416,12 +416,12 @@ func benchVerify(ctx context.Context, cmd *cobra.Command, s *conn, vc verifyConf
 func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, nslots uint64, runtime time.Duration, fua, registerEach, blocking bool) (benchResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, runtime)
 	defer cancel()
+	job := benchJob{rw: rw, bs: bs, bsz: bsz, qd: qd, rwmix: rwmix, nslots: nslots, fua: fua}
+	fails := newBenchFailures(s, cancel)
 	if !registerEach && !blocking {
-		return runBenchAsync(ctx, cancel, s, benchJob{rw: rw, bs: bs, bsz: bsz, qd: qd, rwmix: rwmix, nslots: nslots, fua: fua})
+		return runBenchAsync(ctx, fails, s, job)
 	}
-	var fatal error
 	var mu sync.Mutex
-	logged := map[string]bool{} // error texts already logged
 	var all []time.Duration
 	var ios, errs int64
 	var wg sync.WaitGroup
@@ -458,14 +458,7 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 			var n, ne int64
 			seq := uint64(w) * (nslots / uint64(qd))
 			for ctx.Err() == nil {
-				var slot uint64
-				if strings.HasPrefix(rw, "rand") {
-					slot = rng.Uint64N(nslots)
-				} else {
-					slot = seq % nslots
-					seq++
-				}
-				read := rw == "read" || rw == "randread" || ((rw == "rw" || rw == "randrw") && rng.IntN(100) < rwmix)
+				slot, read := job.pick(rng, &seq)
 				cmd.DataIn, cmd.DataOut, cmd.Buffer = nil, nil, nil
 				switch {
 				case registerEach && read:
@@ -485,27 +478,10 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 				d := time.Since(t0)
 				if err != nil {
 					ne++
-					// The LUN is gone (removed, or never there): every
-					// further command would fail the same way.
-					if benchFatal(err) {
-						mu.Lock()
-						if fatal == nil {
-							fatal = err
-						}
-						mu.Unlock()
-						cancel()
+					if fails.note(ctx, err) {
 						break
 					}
 					if ctx.Err() == nil {
-						// Each distinct error once: a failing target
-						// would otherwise log every command.
-						mu.Lock()
-						first := !logged[err.Error()]
-						logged[err.Error()] = true
-						mu.Unlock()
-						if first {
-							s.Options().Logger.Warn("bench I/O failed (further identical errors are only counted)", "err", err)
-						}
 						time.Sleep(time.Millisecond)
 					}
 					continue
@@ -521,7 +497,7 @@ func runBench(ctx context.Context, s *conn, rw string, bs, bsz, qd, rwmix int, n
 		}(w)
 	}
 	wg.Wait()
-	return summarize(rw, bs, qd, start, ios, errs, all), fatal
+	return summarize(rw, bs, qd, start, ios, errs, all), fails.fatalErr()
 }
 
 // summarize makes the result of a timed run from its counts and latencies.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -21,6 +22,65 @@ type benchJob struct {
 	fua         bool
 }
 
+// pick returns the LBA slot and the direction of a worker's next command:
+// random or in turn from *seq, reads by --rw and --rwmixread.
+func (j *benchJob) pick(rng *rand.Rand, seq *uint64) (slot uint64, read bool) {
+	if strings.HasPrefix(j.rw, "rand") {
+		slot = rng.Uint64N(j.nslots)
+	} else {
+		slot = *seq % j.nslots
+		*seq++
+	}
+	read = j.rw == "read" || j.rw == "randread" || ((j.rw == "rw" || j.rw == "randrw") && rng.IntN(100) < j.rwmix)
+	return slot, read
+}
+
+// benchFailures collects a timed run's failed commands: the first fatal
+// error, which ends the run, and each distinct error text logged once (a
+// failing target would otherwise log every command).
+type benchFailures struct {
+	cancel context.CancelFunc
+	log    *slog.Logger
+	mu     sync.Mutex
+	logged map[string]bool
+	fatal  error
+}
+
+func newBenchFailures(s *conn, cancel context.CancelFunc) *benchFailures {
+	return &benchFailures{cancel: cancel, log: s.Options().Logger, logged: map[string]bool{}}
+}
+
+// note records a failed command; it reports whether the error is fatal
+// (see benchFatal), which ends the run.
+func (f *benchFailures) note(ctx context.Context, err error) bool {
+	if benchFatal(err) {
+		f.mu.Lock()
+		if f.fatal == nil {
+			f.fatal = err
+		}
+		f.mu.Unlock()
+		f.cancel()
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	f.mu.Lock()
+	first := !f.logged[err.Error()]
+	f.logged[err.Error()] = true
+	f.mu.Unlock()
+	if first {
+		f.log.Warn("bench I/O failed (further identical errors are only counted)", "err", err)
+	}
+	return false
+}
+
+func (f *benchFailures) fatalErr() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fatal
+}
+
 // benchFatal reports errors after which every further command would fail
 // the same way: the LUN is gone (removed, or never there) or the session
 // is.
@@ -31,19 +91,17 @@ func benchFatal(err error) bool {
 
 // asyncRun is the shared state of a timed run driven by Session.Submit.
 type asyncRun struct {
-	ctx    context.Context
-	cancel context.CancelFunc
-	s      *conn
-	job    benchJob
-	start  time.Time
+	ctx   context.Context
+	fails *benchFailures
+	s     *conn
+	job   benchJob
+	start time.Time
 
-	mu     sync.Mutex
-	logged map[string]bool // error texts already logged
-	fatal  error
-	all    []time.Duration
-	ios    int64
-	errs   int64
-	wg     sync.WaitGroup
+	mu   sync.Mutex // guards all, ios and errs
+	all  []time.Duration
+	ios  int64
+	errs int64
+	wg   sync.WaitGroup
 }
 
 // asyncSlot is one I/O in flight: its command, registered buffers and
@@ -70,8 +128,8 @@ type asyncSlot struct {
 // runBenchAsync runs a timed job with qd commands in flight, each slot
 // submitting its next command when the last completes (as fio's
 // asynchronous engines reap and submit): no goroutine waits per command.
-func runBenchAsync(ctx context.Context, cancel context.CancelFunc, s *conn, job benchJob) (benchResult, error) {
-	r := &asyncRun{ctx: ctx, cancel: cancel, s: s, job: job, start: time.Now(), logged: map[string]bool{}}
+func runBenchAsync(ctx context.Context, fails *benchFailures, s *conn, job benchJob) (benchResult, error) {
+	r := &asyncRun{ctx: ctx, fails: fails, s: s, job: job, start: time.Now()}
 	slots := make([]*asyncSlot, job.qd)
 	for w := range slots {
 		a := &asyncSlot{r: r, rng: rand.New(rand.NewPCG(uint64(w), uint64(r.start.UnixNano())))}
@@ -84,13 +142,9 @@ func runBenchAsync(ctx context.Context, cancel context.CancelFunc, s *conn, job 
 			a.outBuf, err = s.NewBuffer(job.bs, false)
 		}
 		if err != nil {
-			for _, b := range slots[:w+1] {
-				if b != nil {
-					b.release()
-				}
-			}
-			if a.inBuf != nil {
-				a.inBuf.Release()
+			a.release()
+			for _, b := range slots[:w] {
+				b.release()
 			}
 			return benchResult{}, err
 		}
@@ -110,7 +164,7 @@ func runBenchAsync(ctx context.Context, cancel context.CancelFunc, s *conn, job 
 	for _, a := range slots {
 		a.release()
 	}
-	return summarize(job.rw, job.bs, job.qd, r.start, r.ios, r.errs, r.all), r.fatal
+	return summarize(job.rw, job.bs, job.qd, r.start, r.ios, r.errs, r.all), fails.fatalErr()
 }
 
 func (a *asyncSlot) release() {
@@ -125,14 +179,7 @@ func (a *asyncSlot) release() {
 // prepare sets up the slot's next command.
 func (a *asyncSlot) prepare() {
 	j := &a.r.job
-	var slot uint64
-	if strings.HasPrefix(j.rw, "rand") {
-		slot = a.rng.Uint64N(j.nslots)
-	} else {
-		slot = a.seq % j.nslots
-		a.seq++
-	}
-	read := j.rw == "read" || j.rw == "randread" || ((j.rw == "rw" || j.rw == "randrw") && a.rng.IntN(100) < j.rwmix)
+	slot, read := j.pick(a.rng, &a.seq)
 	if read {
 		a.cmd.Buffer = a.inBuf
 	} else {
@@ -220,28 +267,10 @@ func (a *asyncSlot) record(err error, d time.Duration) bool {
 		return r.ctx.Err() == nil
 	}
 	a.ne++
-	if benchFatal(err) {
-		r.mu.Lock()
-		if r.fatal == nil {
-			r.fatal = err
-		}
-		r.mu.Unlock()
-		r.cancel()
+	if r.fails.note(r.ctx, err) {
 		return false
 	}
-	if r.ctx.Err() != nil {
-		return false
-	}
-	// Each distinct error once: a failing target would otherwise log
-	// every command.
-	r.mu.Lock()
-	first := !r.logged[err.Error()]
-	r.logged[err.Error()] = true
-	r.mu.Unlock()
-	if first {
-		r.s.Options().Logger.Warn("bench I/O failed (further identical errors are only counted)", "err", err)
-	}
-	return true
+	return r.ctx.Err() == nil
 }
 
 // finish adds the slot's counts to the run's.
