@@ -155,6 +155,8 @@ type channel struct {
 	// the poll goroutine, which wake wakes.
 	pollMu  sync.Mutex
 	hooking bool
+	hookErr error
+	wake    chan struct{}
 
 	// draining is set while completions are handled; a Submit from a
 	// callback then defers its post and sets deferred, and drain rings the
@@ -164,8 +166,6 @@ type channel struct {
 	watchdogOn         atomic.Bool   // the watchdog was started
 	watchdogDone       chan struct{} // closed when it ends
 	tick               uint64        // watchdog ticks; guarded by mu
-	hookErr            error
-	wake               chan struct{}
 }
 
 // loginPrivateData builds the 56-byte RDMA/CM form of SRP_LOGIN_REQ

@@ -209,7 +209,7 @@ func (ch *channel) watchdog() {
 			if ch.s.State() == StateClosed {
 				err = ErrClosed
 			}
-			ch.endSubmitted(func(*request) bool { return true }, err)
+			ch.endSubmitted(err)
 			return
 		case <-tickC:
 		}
@@ -233,16 +233,15 @@ func (ch *channel) watchdog() {
 	}
 }
 
-// endSubmitted finishes the submitted commands that match with err: no
-// response will come for them (the channel is down, or a LOGICAL UNIT
-// RESET aborted them at the target).
-func (ch *channel) endSubmitted(match func(*request) bool, err error) {
+// endSubmitted finishes every submitted command still waiting with err:
+// the channel is down and no response will come for them.
+func (ch *channel) endSubmitted(err error) {
 	var ended []*request
 	var cbs []func(error)
 	ch.mu.Lock()
 	for i := range ch.reqs {
 		r := &ch.reqs[i]
-		if r.kind == slotCmd && r.active && r.cb != nil && match(r) {
+		if r.kind == slotCmd && r.active && r.cb != nil {
 			ended = append(ended, r)
 			cbs = append(cbs, r.cb)
 			r.cb, r.res, r.active = nil, nil, false
