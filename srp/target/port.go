@@ -285,13 +285,19 @@ type SessionInfo struct {
 func (p *Port) DataMemory() int64 { return p.dataMem.Load() }
 
 // reserveData charges n bytes against Config.MaxDataMemory; false (and
-// nothing charged) when they do not fit.
+// nothing charged) when they do not fit. The charge is made only if it
+// fits (compare and swap), so that DataMemory never reads a charge that is
+// about to be taken back.
 func (p *Port) reserveData(n int) bool {
-	if p.dataMem.Add(int64(n)) > int64(p.cfg.MaxDataMemory) {
-		p.dataMem.Add(-int64(n))
-		return false
+	for {
+		cur := p.dataMem.Load()
+		if cur+int64(n) > int64(p.cfg.MaxDataMemory) {
+			return false
+		}
+		if p.dataMem.CompareAndSwap(cur, cur+int64(n)) {
+			return true
+		}
 	}
-	return true
 }
 
 // releaseData returns n bytes charged by reserveData.
