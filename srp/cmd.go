@@ -295,7 +295,14 @@ func (c *Cmd) AppendTo(b []byte) ([]byte, error) {
 			return b, &EncodeError{"SRP_CMD", "imm_buf.len", "immediate data over 4 GiB"}
 		}
 	}
-	b, p := grow(b, c.Size())
+	// The immediate data is copied over its whole length below; only the
+	// bytes before it are zeroed (a 4 KiB WRITE's IU is mostly its data).
+	b, p := growDirty(b, c.Size())
+	if c.DataOut.Format == DescImm {
+		clear(p[:len(p)-len(c.ImmData)])
+	} else {
+		clear(p)
+	}
 	p[0] = byte(OpCmd)
 	p[1] = c.SolNot
 	p[5] = byte(c.DataOut.Format)<<4 | byte(c.DataIn.Format)

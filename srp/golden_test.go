@@ -292,6 +292,13 @@ func TestGoldenEncode(t *testing.T) {
 			if got2[0] != 0xee || !bytes.Equal(got2[1:], want) {
 				t.Fatalf("AppendTo did not append")
 			}
+			// AppendTo into reused memory full of old bytes writes every
+			// byte of the IU: reserved fields and padding read zero.
+			dirty := bytes.Repeat([]byte{0xa5}, len(want)+64)
+			got3, _ := g.iu.AppendTo(dirty[:0])
+			if !bytes.Equal(got3, want) {
+				t.Fatalf("AppendTo into used memory:\n got %x\nwant %x", got3, want)
+			}
 		})
 	}
 }

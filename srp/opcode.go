@@ -224,6 +224,14 @@ func checkFixed(b []byte, op Opcode, size int) error {
 // grow extends b by n zero bytes and returns the whole slice and the new
 // n-byte region.
 func grow(b []byte, n int) ([]byte, []byte) {
+	b, p := growDirty(b, n)
+	clear(p)
+	return b, p
+}
+
+// growDirty is grow without the zeroing: the caller writes every byte of
+// the n it gets (SRP_CMD's immediate data, copied over its whole length).
+func growDirty(b []byte, n int) ([]byte, []byte) {
 	l := len(b)
 	if cap(b)-l < n {
 		nb := make([]byte, l, l+n+(l+n)/4)
@@ -231,7 +239,6 @@ func grow(b []byte, n int) ([]byte, []byte) {
 		b = nb
 	}
 	b = b[:l+n]
-	clear(b[l:])
 	return b, b[l:]
 }
 

@@ -241,3 +241,18 @@ func BenchmarkRspAppend(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCmdAppendImm4K encodes a 4 KiB WRITE with immediate data, the
+// initiator's IU for small writes (ib_srp's SRP_DATA_DESC_IMM).
+func BenchmarkCmdAppendImm4K(b *testing.B) {
+	c := &Cmd{Tag: 1, CDB: []byte{0x2a, 0, 0, 0, 0, 8, 0, 0, 8, 0},
+		DataOut: DataBuf{Format: DescImm}, ImmDataOffset: 68, ImmData: make([]byte, 4096)}
+	buf := make([]byte, 0, 8260)
+	b.SetBytes(4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.AppendTo(buf[:0]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
