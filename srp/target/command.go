@@ -247,9 +247,9 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 	}
 	sc := &cmd.sc
 	sc.Tag, sc.LUN, sc.CDB, sc.Attr, sc.DataOutLen = cmd.tag, cmd.lun, cmd.cdb, cmd.attr, cmd.outLen
-	// A WRITE's data-out of a page or more may go straight into a RAM backstore's
-	// memory, fetched once the core has enabled the command: one memory
-	// copy of the data less. Check says whether it does.
+	// A WRITE's data-out of a page or more may go straight into a RAM
+	// backstore's memory, fetched once the core has enabled the command:
+	// one memory copy of the data less. Check says whether it does.
 	df := iu.DataOut.Format
 	sc.ViewOut = (c.local != nil || c.regions != nil) && cmd.outLen >= viewOutMin &&
 		(df == srp.DescDirect || df == srp.DescIndirect) && !iu.DataOut.External()
@@ -642,9 +642,10 @@ func (c *channel) endFetch(cmd *command, ok bool) {
 
 // viewOutMin is the smallest data-out, in bytes, placed straight into a
 // backstore's memory (scsi.Command.ViewOut) rather than fetched into a
-// buffer and copied: one page, as viewInMin (4 KiB random writes of a RAM
-// LUN: 3-6 % more IOPS at QD32 than with a 32 KiB threshold, 16 KiB
-// writes 14 %; docs/PERFORMANCE.md item 17).
+// buffer and copied: one page, as viewInMin (16 KiB random writes of a
+// RAM LUN at QD32: 14 % more IOPS than with a 32 KiB threshold,
+// docs/PERFORMANCE.md item 17). Immediate data is not fetched: it is
+// copied from the receive buffer it came in.
 const viewOutMin = 4 << 10
 
 // viewInMin is the smallest data-in, in bytes, sent from a backstore's
