@@ -428,3 +428,11 @@ func (ft *fakeTarget) sendToAll(iu srp.IU) int {
 	}
 	return len(cs)
 }
+
+// setHold sets whether the target holds the TEST UNIT READYs it receives
+// (unanswered until released through held, or aborted).
+func (ft *fakeTarget) setHold(on bool) {
+	ft.mu.Lock()
+	ft.hold = on
+	ft.mu.Unlock()
+}

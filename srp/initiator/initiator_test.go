@@ -370,9 +370,7 @@ func TestAbortOnTimeout(t *testing.T) {
 	clk := newManualClock()
 	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.Clock = clk })
 	ctx := testCtx(t)
-	ft.mu.Lock()
-	ft.hold = true
-	ft.mu.Unlock()
+	ft.setHold(true)
 	errc := make(chan error, 1)
 	go func() { errc <- s.TestUnitReady(ctx, 0) }()
 	waitFor(t, ctx, "the command's timer", func() bool { return clk.running() == 1 })
@@ -413,9 +411,7 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 func TestLUNReset(t *testing.T) {
 	ft, s := setup(t, nil)
 	ctx := testCtx(t)
-	ft.mu.Lock()
-	ft.hold = true
-	ft.mu.Unlock()
+	ft.setHold(true)
 	errc := make(chan error, 1)
 	go func() { errc <- s.TestUnitReady(ctx, 0) }()
 	for {
@@ -703,9 +699,7 @@ func TestAbortTimeoutReconnects(t *testing.T) {
 // TestCloseFailsOutstanding: Close ends commands waiting for a response.
 func TestCloseFailsOutstanding(t *testing.T) {
 	ft, s := setup(t, nil)
-	ft.mu.Lock()
-	ft.hold = true
-	ft.mu.Unlock()
+	ft.setHold(true)
 	ctx := testCtx(t)
 	errc := make(chan error, 1)
 	go func() { errc <- s.TestUnitReady(ctx, 0) }()

@@ -138,9 +138,7 @@ func TestSubmitChainsFromCallbacks(t *testing.T) {
 // ErrQueueFull once req_lim-1 commands are outstanding on the only channel.
 func TestSubmitQueueFull(t *testing.T) {
 	ft, s := setup(t, func(ft *fakeTarget, o *Options) { ft.reqLim = 4 })
-	ft.mu.Lock()
-	ft.hold = true
-	ft.mu.Unlock()
+	ft.setHold(true)
 	cmds := make([]Command, 4)
 	ress := make([]Result, 4)
 	var errcs []<-chan error
@@ -177,9 +175,7 @@ func TestSubmitTimeoutAborts(t *testing.T) {
 	clk := newManualClock()
 	ft, s := setup(t, func(ft *fakeTarget, o *Options) { o.Clock = clk })
 	ctx := testCtx(t)
-	ft.mu.Lock()
-	ft.hold = true
-	ft.mu.Unlock()
+	ft.setHold(true)
 	var res Result
 	errc := submitOne(t, s, &Command{CDB: make([]byte, 6)}, &res)
 	waitHeld(t, ft, 1)
@@ -223,9 +219,7 @@ func TestSubmitTimeoutAborts(t *testing.T) {
 func TestSubmitLUNReset(t *testing.T) {
 	ft, s := setup(t, nil)
 	ctx := testCtx(t)
-	ft.mu.Lock()
-	ft.hold = true
-	ft.mu.Unlock()
+	ft.setHold(true)
 	var res Result
 	errc := submitOne(t, s, &Command{CDB: make([]byte, 6)}, &res)
 	waitHeld(t, ft, 1)
@@ -242,17 +236,13 @@ func TestSubmitLUNReset(t *testing.T) {
 func TestSubmitFromResetCallback(t *testing.T) {
 	ft, s := setup(t, nil)
 	ctx := testCtx(t)
-	ft.mu.Lock()
-	ft.hold = true
-	ft.mu.Unlock()
+	ft.setHold(true)
 	var res, res2 Result
 	cmd2 := Command{CDB: make([]byte, 6)}
 	first, second := make(chan error, 1), make(chan error, 1)
 	err := s.Submit(&Command{CDB: make([]byte, 6)}, &res, func(err error) {
 		first <- err
-		ft.mu.Lock()
-		ft.hold = false
-		ft.mu.Unlock()
+		ft.setHold(false)
 		if err := s.Submit(&cmd2, &res2, func(err error) { second <- err }); err != nil {
 			second <- err
 		}
@@ -276,9 +266,7 @@ func TestSubmitFromResetCallback(t *testing.T) {
 // when it returns) and Submit after Close fails at once.
 func TestSubmitClose(t *testing.T) {
 	ft, s := setup(t, nil)
-	ft.mu.Lock()
-	ft.hold = true
-	ft.mu.Unlock()
+	ft.setHold(true)
 	var res Result
 	errc := submitOne(t, s, &Command{CDB: make([]byte, 6)}, &res)
 	waitHeld(t, ft, 1)
