@@ -75,6 +75,11 @@ type request struct {
 	inLen   int
 	tick    uint64
 	posting bool // Submit has not yet posted it
+	// sent is the IU's place in the channel's send queue (channel.posted),
+	// 0 until it is queued or when queueing failed. The connection keeps
+	// that order to the target, so an SRP_CMD sent before a LOGICAL UNIT
+	// RESET on its channel reached the target before it (resetDone).
+	sent atomic.Uint64
 
 	// Guarded by ch.mu.
 	gen    uint32
@@ -166,6 +171,12 @@ type channel struct {
 	watchdogOn         atomic.Bool   // the watchdog was started
 	watchdogDone       chan struct{} // closed when it ends
 	tick               uint64        // watchdog ticks; guarded by mu
+
+	// postMu orders the IUs queued on the connection: posted counts them
+	// and request.sent takes the count, in the order the target receives
+	// them.
+	postMu sync.Mutex
+	posted uint64
 }
 
 // loginPrivateData builds the 56-byte RDMA/CM form of SRP_LOGIN_REQ
@@ -666,6 +677,7 @@ func (r *request) activate(refs int32) {
 	r.reset = false
 	r.tag = ch.s.tagTop | uint64(ch.idx)<<48 | uint64(r.gen)<<16 | uint64(r.idx)
 	r.active = true
+	r.sent.Store(0)
 	select {
 	case <-r.done:
 	default:
@@ -704,13 +716,35 @@ func (r *request) post(n int) error {
 		// The channel's only command: transmitted by this goroutine when
 		// the connection's writer is idle (one hand-off less). With more
 		// in flight the writer gathers them into one write.
-		if err := b.PostSendDeferred(r.wr[:]...); err != nil {
+		if err := r.queue(b.PostSendDeferred); err != nil {
 			return err
 		}
 		b.Doorbell()
 		return nil
 	}
-	return r.ch.conn.PostSend(r.wr[:]...)
+	return r.queue(r.ch.conn.PostSend)
+}
+
+// queue puts r's work request on the connection's send queue with postFn
+// and numbers it (sent) in the same step.
+func (r *request) queue(postFn func(...rdma.SendWR) error) error {
+	ch := r.ch
+	ch.postMu.Lock()
+	ch.posted++
+	r.sent.Store(ch.posted)
+	err := postFn(r.wr[:]...)
+	if err != nil {
+		r.sent.Store(0)
+	}
+	ch.postMu.Unlock()
+	return err
+}
+
+// sentSoFar is the number of IUs queued on the channel until now.
+func (ch *channel) sentSoFar() uint64 {
+	ch.postMu.Lock()
+	defer ch.postMu.Unlock()
+	return ch.posted
 }
 
 func (r *request) unmap() {
@@ -723,14 +757,21 @@ func (r *request) unmap() {
 
 // resetDone ends the outstanding commands on lun after a LOGICAL UNIT RESET
 // completed: the target aborted them and sends no response (ib_srp
-// srp_reset_device finishes them with DID_RESET).
-func (ch *channel) resetDone(lun uint64) {
+// srp_reset_device finishes them with DID_RESET). Only the commands queued
+// on the channel at or before before (request.sent) are ended: one queued
+// after the reset's TMF reaches the target after the reset and runs there,
+// so its response, or its timeout, ends it; ended with ErrAborted, its
+// caller would reuse the buffers the target is still to read.
+func (ch *channel) resetDone(lun, before uint64) {
 	var ended []*request
 	var cbs []func(error)
 	ch.mu.Lock()
 	for i := range ch.reqs {
 		r := &ch.reqs[i]
 		if r.kind != slotCmd || !r.active || r.lun != lun {
+			continue
+		}
+		if sent := r.sent.Load(); sent == 0 || sent > before {
 			continue
 		}
 		switch {

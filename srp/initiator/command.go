@@ -395,17 +395,25 @@ func (ch *channel) describe(r *request, d *srp.DataBuf, cmd *Command, sg [][]byt
 // tmf sends an SRP_TSK_MGMT (T10 SRP r16a §6.7, table 18) and waits for its
 // SRP_RSP; it returns the response code. A timeout takes the channel down.
 func (ch *channel) tmf(ctx context.Context, fn srp.TMF, lun, taskTag uint64) (uint8, error) {
+	code, _, err := ch.tmfSent(ctx, fn, lun, taskTag)
+	return code, err
+}
+
+// tmfSent is tmf that also returns the TMF's place in the channel's send
+// queue (request.sent): the channel's SRP_CMDs the target received before
+// it are those placed lower.
+func (ch *channel) tmfSent(ctx context.Context, fn srp.TMF, lun, taskTag uint64) (uint8, uint64, error) {
 	var r *request
 	select {
 	case r = <-ch.tmfFree:
 	case <-ch.dead:
-		return 0, ErrChannelDown
+		return 0, 0, ErrChannelDown
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	}
 	if err := ch.takeCredit(ctx, 0); err != nil {
 		ch.tmfFree <- r
-		return 0, err
+		return 0, 0, err
 	}
 	r.activate(2)
 	tm := srp.TaskMgmt{Tag: r.tag, LUN: lun, Func: fn, TaskTag: taskTag}
@@ -417,9 +425,9 @@ func (ch *channel) tmf(ctx context.Context, fn srp.TMF, lun, taskTag uint64) (ui
 		r.put()
 		if errors.Is(err, rdma.ErrClosed) {
 			ch.fail(err)
-			return 0, ErrChannelDown
+			return 0, 0, ErrChannelDown
 		}
-		return 0, err
+		return 0, 0, err
 	}
 	r.timer.Reset(ch.s.opts.TMFTimeout)
 	select {
@@ -428,23 +436,23 @@ func (ch *channel) tmf(ctx context.Context, fn srp.TMF, lun, taskTag uint64) (ui
 	case <-r.timer.C():
 		ch.fail(fmt.Errorf("%w: %s timed out", ErrChannelDown, fn.Name()))
 		r.put()
-		return 0, fmt.Errorf("srp: %s timed out after %v", fn.Name(), ch.s.opts.TMFTimeout)
+		return 0, 0, fmt.Errorf("srp: %s timed out after %v", fn.Name(), ch.s.opts.TMFTimeout)
 	case <-ctx.Done():
 		r.timer.Stop()
 		ch.fail(fmt.Errorf("%w: %s cancelled", ErrChannelDown, fn.Name()))
 		r.put()
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	case <-ch.dead:
 		r.timer.Stop()
 		r.put()
-		return 0, ErrChannelDown
+		return 0, 0, ErrChannelDown
 	}
-	valid, code := r.respValid, r.respCode
+	valid, code, sent := r.respValid, r.respCode, r.sent.Load()
 	r.put()
 	if !valid {
-		return 0, fmt.Errorf("%w: task management response without response data", ErrProtocol)
+		return 0, 0, fmt.Errorf("%w: task management response without response data", ErrProtocol)
 	}
-	return code, nil
+	return code, sent, nil
 }
 
 // Buffer is memory registered once and reused by many commands: the

@@ -37,7 +37,11 @@ type fakeTarget struct {
 	tmfs      []srp.TaskMgmt
 	rawIUs    [][]byte
 	held      map[uint64]chan struct{} // tag → release (TEST UNIT READY held)
+	answer    map[uint64]bool          // released held commands that get GOOD (not aborted)
 	hold      bool
+	// resetGate, when set, holds a LOGICAL UNIT RESET's response (after
+	// it aborted the held commands) until it is closed.
+	resetGate chan struct{}
 	ignoreTMF bool // never answer task management
 	// unitAttentions is how many of the next SRP_CMDs get CHECK CONDITION,
 	// UNIT ATTENTION 29h/00h instead of running.
@@ -52,7 +56,7 @@ const fakeBlocks = 2048
 
 func newFakeTarget(t testing.TB, net *loopback.Network) *fakeTarget {
 	ft := &fakeTarget{t: t, dev: net.NewDevice("target"), disk: make([]byte, fakeBlocks*512),
-		reqLim: 32, maxIT: 8276, immOK: true, held: map[uint64]chan struct{}{}}
+		reqLim: 32, maxIT: 8276, immOK: true, held: map[uint64]chan struct{}{}, answer: map[uint64]bool{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	ln, err := ft.dev.Listen(ctx, "")
 	if err != nil {
@@ -255,7 +259,11 @@ func (fc *fakeConn) handle(iu []byte) {
 			}
 			code = 0
 		}
+		gate := ft.resetGate
 		ft.mu.Unlock()
+		if gate != nil && tm.Func == srp.TMFLUNReset {
+			<-gate
+		}
 		fc.send(&srp.Rsp{ReqLimDelta: 1, Tag: tm.Tag, Flags: srp.RspValid, RespData: []byte{0, 0, 0, code}})
 	case srp.OpCmd:
 		var c srp.Cmd
@@ -346,7 +354,13 @@ func (fc *fakeConn) command(c *srp.Cmd) *srp.Rsp {
 		ft.mu.Unlock()
 		if hold {
 			<-rel
-			return nil // aborted: no response (TAS=0)
+			ft.mu.Lock()
+			good := ft.answer[c.Tag]
+			delete(ft.answer, c.Tag)
+			ft.mu.Unlock()
+			if !good {
+				return nil // aborted: no response (TAS=0)
+			}
 		}
 	case 0x12:
 		dataIn = make([]byte, 36)

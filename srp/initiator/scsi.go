@@ -323,7 +323,14 @@ func (s *Session) AbortTask(ctx context.Context, lun, tag uint64) error {
 }
 
 // LUNReset resets a logical unit (LOGICAL UNIT RESET, ib_srp
-// srp_reset_device). Commands outstanding on lun end with ErrAborted.
+// srp_reset_device). Commands outstanding on lun that were sent before the
+// reset's TMF end with ErrAborted; one sent on the same channel after it
+// runs at the target and ends with its response. With several channels a
+// command sent on another channel while the reset is under way may reach
+// the target on either side of it; it is taken as aborted if it was sent
+// before the TMF was, so a caller that needs certainty keeps commands off
+// lun during the reset (as Linux's SCSI error handler does) or uses one
+// channel.
 func (s *Session) LUNReset(ctx context.Context, lun uint64) error {
 	return s.TaskManagement(ctx, srp.TMFLUNReset, lun, 0)
 }

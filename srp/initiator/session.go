@@ -351,7 +351,15 @@ func (s *Session) TaskManagement(ctx context.Context, fn srp.TMF, lun, taskTag u
 			ch = chans[i]
 		}
 	}
-	code, err := ch.tmf(ctx, fn, lun, taskTag)
+	var before []uint64
+	if fn == srp.TMFLUNReset {
+		// How far each other channel had queued when the reset went out.
+		before = make([]uint64, len(chans))
+		for i, c := range chans {
+			before[i] = c.sentSoFar()
+		}
+	}
+	code, sent, err := ch.tmfSent(ctx, fn, lun, taskTag)
 	if err != nil {
 		return err
 	}
@@ -360,9 +368,20 @@ func (s *Session) TaskManagement(ctx context.Context, fn srp.TMF, lun, taskTag u
 	}
 	if fn == srp.TMFLUNReset {
 		// One reset covers the logical unit; the commands outstanding on it
-		// on every channel were aborted without a response.
-		for _, c := range chans {
-			c.resetDone(lun)
+		// were aborted without a response. On the reset's channel those
+		// queued before its TMF reached the target before it: they are
+		// ended, and those queued after it run. Another channel has no
+		// order against the TMF: its commands queued before the TMF was
+		// are ended (as ib_srp's srp_reset_device ends every channel's,
+		// where the SCSI error handler has stopped new commands first),
+		// and a caller that needs certainty keeps commands off the
+		// logical unit while it resets it, or uses one channel.
+		for i, c := range chans {
+			b := before[i]
+			if c == ch {
+				b = sent - 1
+			}
+			c.resetDone(lun, b)
 		}
 	}
 	return nil

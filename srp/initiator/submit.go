@@ -150,9 +150,9 @@ func (r *request) postAsync(n int) error {
 	r.wr[0] = rdma.SendWR{ID: wrSend | uint64(r.idx), Op: rdma.OpSend, Local: r.sge[:], Signaled: true}
 	b, ok := r.ch.conn.(rdma.Doorbeller)
 	if !ok {
-		return r.ch.conn.PostSend(r.wr[:]...)
+		return r.queue(r.ch.conn.PostSend)
 	}
-	if err := b.PostSendDeferred(r.wr[:]...); err != nil {
+	if err := r.queue(b.PostSendDeferred); err != nil {
 		return err
 	}
 	// deferred is set before draining is read, and drain clears draining

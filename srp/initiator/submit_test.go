@@ -317,3 +317,68 @@ func TestSubmitAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestLUNResetSparesCommandsSentAfter: a command queued on the reset's
+// channel after the LOGICAL UNIT RESET's TMF reaches the target after the
+// reset and runs there. The reset must not end it: its caller would take
+// it as aborted and reuse buffers the target is still to read. Its
+// response ends it. The one sent before the TMF is ended by the reset.
+func TestLUNResetSparesCommandsSentAfter(t *testing.T) {
+	for _, async := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Submit", false: "Execute"}[async], func(t *testing.T) {
+			ft, s := setup(t, nil)
+			ctx := testCtx(t)
+			gate := make(chan struct{})
+			ft.mu.Lock()
+			ft.hold, ft.resetGate = true, gate
+			ft.mu.Unlock()
+			send := func() (<-chan error, *Result) {
+				res := new(Result)
+				if async {
+					return submitOne(t, s, &Command{CDB: make([]byte, 6)}, res), res
+				}
+				errc := make(chan error, 1)
+				go func() {
+					var err error
+					*res, err = s.Execute(ctx, &Command{CDB: make([]byte, 6)})
+					errc <- err
+				}()
+				return errc, res
+			}
+			errA, _ := send()
+			waitHeld(t, ft, 1)
+			resetErr := make(chan error, 1)
+			go func() { resetErr <- s.LUNReset(ctx, 0) }()
+			// The target has taken the reset, aborted A, and holds its response.
+			waitFor(t, ctx, "the reset at the target", func() bool {
+				ft.mu.Lock()
+				defer ft.mu.Unlock()
+				return len(ft.tmfs) == 1 && len(ft.held) == 0
+			})
+			errB, resB := send()
+			waitHeld(t, ft, 1)
+			close(gate)
+			if err := <-resetErr; err != nil {
+				t.Fatalf("LUNReset: %v", err)
+			}
+			if err := waitErr(t, errA); !errors.Is(err, ErrAborted) {
+				t.Fatalf("command sent before the reset: %v, want ErrAborted", err)
+			}
+			select {
+			case err := <-errB:
+				t.Fatalf("command sent after the reset's TMF ended by the reset: %v", err)
+			default:
+			}
+			ft.mu.Lock()
+			for tag, rel := range ft.held {
+				ft.answer[tag] = true
+				delete(ft.held, tag)
+				close(rel)
+			}
+			ft.mu.Unlock()
+			if err := waitErr(t, errB); err != nil || resB.Err() != nil {
+				t.Fatalf("command sent after the reset: %v / %v, want its GOOD response", err, resB.Err())
+			}
+		})
+	}
+}
