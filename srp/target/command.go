@@ -251,7 +251,7 @@ func (c *channel) startCmd(slot, send int, b []byte) {
 	// backstore's memory, fetched once the core has enabled the command:
 	// one memory copy of the data less. Check says whether it does.
 	df := iu.DataOut.Format
-	sc.ViewOut = (c.local != nil || c.regions != nil) && cmd.outLen >= viewOutMin &&
+	sc.ViewOut = (c.local != nil && cmd.outLen >= viewOutMin || c.regions != nil && cmd.outLen >= viewRegionMin) &&
 		(df == srp.DescDirect || df == srp.DescIndirect) && !iu.DataOut.External()
 	res, ok := c.nx.sess.Check(sc)
 	if !ok {
@@ -661,7 +661,8 @@ const (
 )
 
 // viewRegionMin is the smallest data-in, in bytes, sent from a backstore's
-// memory on a device that needs it registered (channel.regions). A
+// memory on a device that needs it registered (channel.regions), and the
+// smallest data-out placed there (viewOutMin's counterpart). A
 // registration serves all later transfers from its RAM chunk, but a first
 // one costs about what copying the chunk does, and small random reads
 // over a large logical unit would register at nearly every read (4 KiB
