@@ -29,16 +29,16 @@ type fakeTarget struct {
 	silent bool             // answer no login (the request stays pending)
 	immOK  bool
 
-	acceptMu  sync.Mutex // held from Accept until the conn is in conns
-	mu        sync.Mutex
-	conns     []rdma.Conn
-	logins    []srp.LoginRequest
-	cmds      []srp.Cmd // copies of every SRP_CMD received (CDB only kept by value)
-	tmfs      []srp.TaskMgmt
-	rawIUs    [][]byte
-	held      map[uint64]chan struct{} // tag → release (TEST UNIT READY held)
-	answer    map[uint64]bool          // released held commands that get GOOD (not aborted)
-	hold      bool
+	acceptMu sync.Mutex // held from Accept until the conn is in conns
+	mu       sync.Mutex
+	conns    []rdma.Conn
+	logins   []srp.LoginRequest
+	cmds     []srp.Cmd // copies of every SRP_CMD received (CDB only kept by value)
+	tmfs     []srp.TaskMgmt
+	rawIUs   [][]byte
+	held     map[uint64]chan struct{} // tag → release (TEST UNIT READY held)
+	answer   map[uint64]bool          // released held commands that get GOOD (not aborted)
+	hold     bool
 	// resetGate, when set, holds a LOGICAL UNIT RESET's response (after
 	// it aborted the held commands) until it is closed.
 	resetGate chan struct{}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gosrp/gosrp/backstore"
 	"github.com/gosrp/gosrp/rdma/iwarp"
@@ -114,10 +115,29 @@ func iwarpStackOn(t testing.TB, bs backstore.Backstore, maxSect, maxRDMA int) (c
 
 // iwarpStackChannels is iwarpStackOn with chCount RDMA channels.
 func iwarpStackChannels(t testing.TB, bs backstore.Backstore, maxSect, maxRDMA, chCount int) (context.Context, *initiator.Session) {
+	return iwarpStackWith(t, iwarpOpts{bs: bs, maxSect: maxSect, maxRDMA: maxRDMA, channels: chCount})
+}
+
+// iwarpOpts is what iwarpStackWith varies; zero fields take the defaults.
+type iwarpOpts struct {
+	bs       backstore.Backstore // the logical unit's medium (required)
+	thin     bool                // the logical unit is thin provisioned (LBPME, LBPRZ)
+	maxSect  int                 // initiator max_sect, 512-byte sectors (0: its default)
+	maxRDMA  int                 // the port's MaxRDMASize, bytes (0: its default)
+	channels int                 // RDMA channels (0: 1)
+	noImm    bool                // initiator without immediate data (use_imm_data=0)
+	// reconnect is the initiator's reconnect_delay (0: its default).
+	reconnect time.Duration
+	// log is the port's logger (nil: discard); the initiator's discards.
+	log *slog.Logger
+}
+
+// iwarpStackWith is iwarpStack as o describes.
+func iwarpStackWith(t testing.TB, o iwarpOpts) (context.Context, *initiator.Session) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st := scsi.NewTarget(scsi.TargetConfig{})
-	lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: bs, BlockSize: 512})
+	lu, err := scsi.NewLogicalUnit(scsi.LUConfig{Backstore: o.bs, BlockSize: 512, ThinProvisioning: o.thin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,9 +145,13 @@ func iwarpStackChannels(t testing.TB, bs backstore.Backstore, maxSect, maxRDMA, 
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
+	plog := o.log
+	if plog == nil {
+		plog = log
+	}
 	tdev := iwarp.NewDevice(iwarp.Config{Logger: log, CompleteOnTransmit: true})
 	t.Cleanup(func() { _ = tdev.Close() })
-	port, err := NewPort(Config{ServiceGUID: testGUID, DemoMode: true, MaxRDMASize: maxRDMA, Logger: log}, tdev, scsiCore{st})
+	port, err := NewPort(Config{ServiceGUID: testGUID, DemoMode: true, MaxRDMASize: o.maxRDMA, Logger: plog}, tdev, scsiCore{st})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +171,8 @@ func iwarpStackChannels(t testing.TB, bs backstore.Backstore, maxSect, maxRDMA, 
 	t.Cleanup(func() { _ = idev.Close() })
 	_, portStr, _ := net.SplitHostPort(l.Addr().String())
 	s, err := initiator.Dial(ctx, idev, initiator.Options{IDExt: testGUID, IOCGUID: testGUID,
-		Dest: "127.0.0.1:" + portStr, ChCount: chCount, MaxSect: maxSect, Logger: log})
+		Dest: "127.0.0.1:" + portStr, ChCount: o.channels, MaxSect: o.maxSect, NoImmData: o.noImm,
+		ReconnectDelay: o.reconnect, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
