@@ -51,6 +51,20 @@ func (s *session) Execute(ctx context.Context, cmd *Command) Result {
 // not block) a command that would wait in the task set is returned as a
 // dormant task instead, for resume to finish on another goroutine.
 func (s *session) start(ctx context.Context, cmd *Command, inline bool) (Result, *task) {
+	res, t := s.enter(ctx, cmd)
+	if t == nil {
+		return res, nil
+	}
+	return s.proceed(t, inline)
+}
+
+// enter is the part of start that never waits: the LUN lookup, the
+// checks that need no task, and the task's registration (its tag, and its
+// place in the logical unit's task set, where task management finds it).
+// It returns the task, or nil and the command's result. A fabric runs it
+// before it hands the command to another goroutine, so that a TMF it
+// receives after the command finds the command's task.
+func (s *session) enter(ctx context.Context, cmd *Command) (Result, *task) {
 	cdb := cmd.CDB
 	lu, ro := s.lookup(cmd.LUN)
 	if len(cdb) == 0 {
@@ -64,21 +78,36 @@ func (s *session) start(ctx context.Context, cmd *Command, inline bool) (Result,
 	}
 	o := lu.cfg.Observer
 	if o == nil {
-		return s.executeLU(ctx, cmd, lu, ro, inline)
+		// (res below escapes through the Observer: not without one.)
+		return s.register(ctx, cmd, lu, ro)
 	}
 	o.Started()
 	t0 := s.t.clock.Now()
-	res, t := s.executeLU(ctx, cmd, lu, ro, inline)
-	if t != nil {
-		t.started = t0
-		return res, t
-	}
-	if res.FetchViews {
-		// Finished when the data-out is placed (placed).
-		cmd.placing.started = t0
+	res, t := s.register(ctx, cmd, lu, ro)
+	if t == nil {
+		o.Finished(&res, s.t.clock.Now().Sub(t0))
 		return res, nil
 	}
-	o.Finished(&res, s.t.clock.Now().Sub(t0))
+	t.started = t0
+	return Result{}, t
+}
+
+// proceed is the rest of start for a task enter registered: admission to
+// the task set, then the command (see start for inline).
+func (s *session) proceed(t *task, inline bool) (Result, *task) {
+	f, entered, run, dormant := s.admit(t.cmdCtx.ctx, t, !inline)
+	if dormant {
+		return Result{}, t
+	}
+	o := t.cmdCtx.lu.cfg.Observer
+	if o == nil {
+		return s.finish(t, f, entered, run), nil
+	}
+	res := s.finish(t, f, entered, run)
+	if !res.FetchViews {
+		// A WRITE whose data-out is to be placed is finished by placed.
+		o.Finished(&res, s.t.clock.Now().Sub(t.started))
+	}
 	return res, nil
 }
 
@@ -145,9 +174,11 @@ func writeProtected(cmd *Command, lu *LogicalUnit) Result {
 	return r
 }
 
-// executeLU runs a command addressed to logical unit lu, or with inline
-// set returns it as a dormant task (start).
-func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, ro, inline bool) (Result, *task) {
+// register gives a command addressed to logical unit lu its task: its tag
+// in the session and its place in lu's task set, both under s.mu. It
+// returns nil and the result when the command takes no task (session
+// closed, tag in use, abandoned).
+func (s *session) register(ctx context.Context, cmd *Command, lu *LogicalUnit, ro bool) (Result, *task) {
 	t := &task{sess: s, tag: cmd.Tag, attr: cmd.Attr, ts: &lu.ts}
 	t.cmd = cmd // before the tag is visible: Abandon matches it
 	s.mu.Lock()
@@ -176,12 +207,7 @@ func (s *session) executeLU(ctx context.Context, cmd *Command, lu *LogicalUnit, 
 	c := &t.cmdCtx
 	c.ctx, c.s, c.lu, c.cdb, c.ro = ctx, s, lu, cmd.CDB, ro // c.cmd is set before the tag is visible
 	c.desc = lu.dsense()
-
-	f, entered, run, dormant := s.admit(ctx, t, !inline)
-	if dormant {
-		return Result{}, t
-	}
-	return s.finish(t, f, entered, run), nil
+	return Result{}, t
 }
 
 // finish runs an admitted task (run), leaves the task set (entered) or
@@ -344,8 +370,14 @@ func (s *session) Submit(ctx context.Context, cmd *Command, c Completer) (Result
 		go func() { c.Complete(cmd, s.resume(t)) }()
 		return Result{}, false
 	}
+	// The task is registered here, before the fabric reads its next IU:
+	// a task management function after this command finds it.
+	res, t := s.enter(ctx, cmd)
+	if t == nil {
+		return res, true
+	}
 	go func() {
-		res, _ := s.start(ctx, cmd, false)
+		res, _ := s.proceed(t, false)
 		c.Complete(cmd, res)
 	}()
 	return Result{}, false

@@ -3,6 +3,7 @@ package scsi
 import (
 	"bytes"
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -251,5 +252,50 @@ func TestAbandon(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no completion for the abandoned command")
+	}
+}
+
+// TestSubmitRegistersTaskBeforeReturning: a command Submit hands to a
+// goroutine has its task registered before Submit returns, so a LOGICAL
+// UNIT RESET the fabric takes next aborts it, and it does not run after
+// the reset reported it gone (the fabric ends it as aborted). Check has
+// looked for a unit attention already and the next command takes the
+// reset's, so nothing else stops it. With one P the goroutine cannot run
+// until the test waits for it.
+func TestSubmitRegistersTaskBeforeReturning(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ram := backstore.NewRAM(1 << 20)
+	f := newFixture(t, LUConfig{Backstore: blockingRAM{ram}, BlockSize: 512})
+	ctx := testCtx(t)
+	old, repl := bytes.Repeat([]byte{0xa1}, 512), bytes.Repeat([]byte{0xb2}, 512)
+	if r := f.s.Execute(ctx, &Command{Tag: 1, CDB: cdb10(opWrite10, 0, 0, 1), DataOut: old}); r.Status != sense.StatusGood {
+		t.Fatalf("first WRITE: %+v", r)
+	}
+	done := make(completer, 1)
+	cmd := &Command{Tag: 2, CDB: cdb10(opWrite10, 0, 0, 1), DataOut: repl, DataOutLen: 512}
+	// As a fabric does: Check (unit attention taken there), then Submit.
+	if r, ok := f.s.Check(cmd); !ok {
+		t.Fatalf("Check: %+v", r)
+	}
+	if _, inline := f.s.Submit(ctx, cmd, done); inline {
+		t.Fatal("WRITE to a blocking backstore ran inline")
+	}
+	if r := f.s.TaskManagement(ctx, TMFLUNReset, 0, 0); r != TMFComplete {
+		t.Fatalf("LOGICAL UNIT RESET: %v", r)
+	}
+	// The next command of the nexus takes the reset's unit attention.
+	r := f.s.Execute(ctx, &Command{Tag: 3, CDB: cdbTUR()})
+	wantSense(t, r, sense.KeyUnitAttention, 0x29, 0x03)
+	select {
+	case r := <-done:
+		if !r.Aborted {
+			t.Fatalf("WRITE submitted before the reset: %+v, want aborted", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no completion")
+	}
+	got := make([]byte, 512)
+	if _, err := ram.ReadAt(got, 0); err != nil || !bytes.Equal(got, old) {
+		t.Fatalf("block 0 holds % x..., want the first WRITE's data (the reset's WRITE must not run)", got[:4])
 	}
 }
