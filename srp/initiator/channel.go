@@ -338,8 +338,12 @@ func (ch *channel) release() {
 func (ch *channel) fail(err error) {
 	ch.failOnce.Do(func() {
 		ch.err = err
-		close(ch.dead)
+		// The connection first: a command that ends with ErrChannelDown
+		// when dead closes gives its buffers back to its caller, and the
+		// target must no longer be able to read them (RDMA READ of a
+		// WRITE's data-out) or write them.
 		ch.conn.Close()
+		close(ch.dead)
 		ch.s.channelDown(ch, err)
 	})
 }

@@ -2,12 +2,16 @@ package initiator
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gosrp/gosrp/rdma"
+	"github.com/gosrp/gosrp/rdma/loopback"
 	"github.com/gosrp/gosrp/srp"
 )
 
@@ -380,5 +384,67 @@ func TestLUNResetSparesCommandsSentAfter(t *testing.T) {
 				t.Fatalf("command sent after the reset: %v / %v, want its GOOD response", err, resB.Err())
 			}
 		})
+	}
+}
+
+// closeOrderDevice wraps a device: its connections' Close waits a while
+// first, and notes whether a command had already been ended by then.
+type closeOrderDevice struct {
+	rdma.Device
+	ended, early atomic.Bool
+}
+
+func (d *closeOrderDevice) Dial(ctx context.Context, addr string, cfg rdma.QPConfig, pd []byte) (rdma.Conn, []byte, error) {
+	c, b, err := d.Device.Dial(ctx, addr, cfg, pd)
+	if err != nil {
+		return nil, b, err
+	}
+	return &closeOrderConn{Conn: c, d: d}, b, nil
+}
+
+type closeOrderConn struct {
+	rdma.Conn
+	d *closeOrderDevice
+}
+
+func (c *closeOrderConn) Close() error {
+	time.Sleep(50 * time.Millisecond)
+	if c.d.ended.Load() {
+		c.d.early.Store(true)
+	}
+	return c.Conn.Close()
+}
+
+// TestChannelClosedBeforeCommandsEnd: when a channel goes down its
+// connection is closed before its commands end with ErrChannelDown. A
+// caller that has its command back reuses the buffers; the target must no
+// longer reach them (RDMA READ of a WRITE's data-out).
+func TestChannelClosedBeforeCommandsEnd(t *testing.T) {
+	net := loopback.NewNetwork()
+	ft := newFakeTarget(t, net)
+	dev := &closeOrderDevice{Device: net.NewDevice("initiator")}
+	t.Cleanup(func() { dev.Close() })
+	s, err := Dial(testCtx(t), dev, Options{Dest: ft.addr(), IDExt: 0x0002c90300a1b2c3, IOCGUID: 0x0002c90300a1b2c3,
+		InitiatorExt: 1, InitiatorGUID: 0x1122334455667788, ReconnectDelay: time.Hour})
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	ft.setHold(true)
+	var res Result
+	errc := make(chan error, 1)
+	if err := s.Submit(&Command{CDB: make([]byte, 6)}, &res, func(err error) {
+		dev.ended.Store(true)
+		errc <- err
+	}); err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	waitHeld(t, ft, 1)
+	s.Drop(0)
+	if err := waitErr(t, errc); !errors.Is(err, ErrChannelDown) {
+		t.Fatalf("command on the dropped channel: %v, want ErrChannelDown", err)
+	}
+	if dev.early.Load() {
+		t.Fatal("the command ended before its channel's connection was closed")
 	}
 }
