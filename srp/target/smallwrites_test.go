@@ -44,12 +44,11 @@ import (
 //     This caught an initiator that ended as aborted a WRITE queued after
 //     the reset's TMF: the target ran it after the reset and fetched the
 //     bytes the worker had meanwhile put in its Buffer for its next write,
-//     so blocks outside that write's range read back its data. UNMAP and
-//     COMPARE AND WRITE stay out of it for now: the core enters a command
-//     it does not run inline (anything but a READ or WRITE to a RAM
-//     logical unit) into the task set on a goroutine of its own
-//     (session.Submit), so a reset handled meanwhile misses it and it runs
-//     after the reset, which the initiator reported as aborted.
+//     so blocks outside that write's range read back its data. With UNMAP
+//     and COMPARE AND WRITE it also caught a core that entered a command
+//     it does not run inline into the task set on a goroutine of its own
+//     (session.Submit): a reset handled meanwhile missed it, and it ran
+//     after the reset the initiator had reported it aborted by.
 //
 // Each subtest runs about 2 s (0.5 s with -short). Its seed is logged;
 // SRPT_SMALLWRITES_SEED=n replays the workers' choices (not the
@@ -58,7 +57,7 @@ func TestSmallWritesUnderTaskManagement(t *testing.T) {
 	for _, c := range []swCase{
 		{name: "rdma-read", channels: 2, noImm: true, others: true},
 		{name: "immediate", channels: 2, others: true},
-		{name: "lun-reset", channels: 1, noImm: true, resets: true},
+		{name: "lun-reset", channels: 1, noImm: true, resets: true, others: true},
 	} {
 		t.Run(c.name, func(t *testing.T) { runSmallWrites(t, c) })
 	}
