@@ -349,6 +349,17 @@ type Doorbeller interface {
 	Doorbell()
 }
 
+// LoneWaiter is implemented by connections whose receive side can wait for
+// input in a way that wakes the waiting thread sooner, at the cost of
+// batching: worth it while a consumer awaits a single answer (one command
+// outstanding), not under load. On iWARP the reader then waits in
+// ppoll(2), whose wake-up the kernel may run on the sender's CPU, instead
+// of Go's poller (rdma/iwarp, rxReader.eagerWait).
+type LoneWaiter interface {
+	// SetLoneWait says whether the consumer now awaits a single message.
+	SetLoneWait(on bool)
+}
+
 // LocalRegioner is implemented by devices whose providers read and write
 // local memory with the CPU (the pure-Go iWARP provider), so any memory
 // can be the source of a SEND or RDMA WRITE or the sink of an RDMA READ

@@ -62,6 +62,7 @@ type inboundRead struct {
 type conn struct {
 	dev        *Device
 	nc         net.Conn
+	lone       atomic.Bool // rdma.LoneWaiter (SetLoneWait), read by the reader
 	log        *slog.Logger
 	caps       rdma.Caps
 	crc        bool
@@ -196,9 +197,18 @@ func newConn(d *Device, nc net.Conn, q rdma.QPConfig, o mpaOutcome) *conn {
 		c.srq = s
 	}
 	c.br.idle = c.readerIdle
+	c.br.lone = &c.lone
 	c.rx.init()
 	c.tx.init(c)
 	return c
+}
+
+// SetLoneWait implements rdma.LoneWaiter: with on, the reader waits for
+// input in ppoll(2) before Go's poller (rxReader.eagerWait).
+func (c *conn) SetLoneWait(on bool) {
+	if c.lone.Load() != on {
+		c.lone.Store(on)
+	}
 }
 
 // start runs the reader and writer goroutines.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -170,5 +171,47 @@ func TestRxReaderAheadAfterLargePayload(t *testing.T) {
 			t.Errorf("after a %d-byte payload: %d bytes buffered, want a full read ahead", tc.n, b.w-b.r)
 		}
 		read(64 << 10)
+	}
+}
+
+// TestRxReaderLoneWait: with the connection's lone wait set, a reader
+// that finds the socket empty waits in ppoll(2) (eagerWait) and reads what
+// arrives there, record after record; without it, it waits in Go's poller
+// only. Either way every byte arrives in order.
+func TestRxReaderLoneWait(t *testing.T) {
+	if rxEagerMax < 1 {
+		t.Skip("GOMAXPROCS 1: no eager waits")
+	}
+	for _, lone := range []bool{true, false} {
+		client, server := tcpPair(t)
+		var on atomic.Bool
+		on.Store(lone)
+		b := newRxReader(server, 32<<10)
+		b.lone = &on
+		const records = 20
+		go func() {
+			for i := range records {
+				time.Sleep(200 * time.Microsecond) // the reader waits first
+				if _, err := client.Write(bytes.Repeat([]byte{byte(i)}, 100)); err != nil {
+					return
+				}
+			}
+		}()
+		for i := range records {
+			p := make([]byte, 100)
+			if _, err := io.ReadFull(b, p); err != nil {
+				t.Fatalf("lone %v, record %d: %v", lone, i, err)
+			}
+			if !bytes.Equal(p, bytes.Repeat([]byte{byte(i)}, 100)) {
+				t.Fatalf("lone %v, record %d: % x...", lone, i, p[:4])
+			}
+		}
+		hits := b.eagerHits.Load()
+		if lone && hits == 0 {
+			t.Errorf("lone wait set: no record came through ppoll")
+		}
+		if !lone && hits != 0 {
+			t.Errorf("lone wait off: %d records came through ppoll", hits)
+		}
 	}
 }
