@@ -109,11 +109,13 @@ func (b *rxReader) readv(fd uintptr) bool {
 // input one message at a time instead of in batches (4 KiB random writes
 // at queue depth 32 lost 8-14 %), hence the consumer's hint. The reader
 // waits in ppoll(2) for up to rxEagerWait, then in Go's poller; at most
-// rxEagerMax readers of the process wait so at once, each holding a thread
-// and, until the runtime hands it on, a P.
+// rxEagerMax readers of the process (one less than the CPUs, at least
+// one) wait so at once. Each holds a thread and, until the runtime hands
+// it to another thread or the wait ends, its P: with GOMAXPROCS 1 (srpctl
+// bench at queue depth 1) other goroutines may wait that long.
 var (
 	rxEagerWait   = time.Millisecond
-	rxEagerMax    = int32(max(runtime.GOMAXPROCS(0)-1, 0))
+	rxEagerMax    = int32(max(runtime.NumCPU()-1, 1))
 	rxEagerActive atomic.Int32
 )
 

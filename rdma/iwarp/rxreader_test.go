@@ -179,9 +179,6 @@ func TestRxReaderAheadAfterLargePayload(t *testing.T) {
 // arrives there, record after record; without it, it waits in Go's poller
 // only. Either way every byte arrives in order.
 func TestRxReaderLoneWait(t *testing.T) {
-	if rxEagerMax < 1 {
-		t.Skip("GOMAXPROCS 1: no eager waits")
-	}
 	for _, lone := range []bool{true, false} {
 		client, server := tcpPair(t)
 		var on atomic.Bool
