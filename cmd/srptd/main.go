@@ -26,12 +26,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gosrp/gosrp/internal/gcpace"
 	"github.com/gosrp/gosrp/srp/target"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// RAM LUNs are live heap: without pacing, each collection would
+	// wait for as much garbage again (internal/gcpace).
+	go gcpace.Run(ctx, gcpace.DefaultHeadroom, time.Second)
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil); err != nil {
 		if errors.Is(err, errHandled) {
 			return // --help, --version, completion, man: done

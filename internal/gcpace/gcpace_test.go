@@ -1,0 +1,100 @@
+package gcpace
+
+import (
+	"context"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+func TestPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		live, headroom uint64
+		want           int
+	}{
+		{0, 64 * mib, 100},            // no collection yet
+		{32 * mib, 64 * mib, 100},     // small heap: default pacing
+		{64 * mib, 64 * mib, 100},     // headroom = live: GOGC 100 is exactly it
+		{256 * mib, 64 * mib, 25},     // 64/256
+		{1000 * mib, 64 * mib, 7},     // 6.4 % rounded up
+		{16384 * mib, 64 * mib, 1},    // 0.39 %: at least 1
+		{1 << 50, 64 * mib, 1},        // no overflow or 0
+		{3 * mib, 1 * mib, 34},        // 33.3 % rounded up
+		{100 * mib, 100*mib - 1, 100}, // 99.99... % rounded up
+	} {
+		if got := Percent(c.live, c.headroom); got != c.want {
+			t.Errorf("Percent(%d, %d) = %d, want %d", c.live, c.headroom, got, c.want)
+		}
+	}
+}
+
+func read(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// With a large pointer-free live heap (as a RAM LUN's chunks), Run lowers
+// GOGC so the collector's goal is the live heap plus about the headroom,
+// not twice the live heap; at the end the setting is restored.
+func TestRunBoundsHeadroom(t *testing.T) {
+	t.Setenv("GOGC", "") // the operator's variable unset, whatever the test runner's
+	const headroom = 16 << 20
+	lun := make([][]byte, 256) // 256 MiB of 1 MiB chunks
+	for i := range lun {
+		lun[i] = make([]byte, 1<<20)
+	}
+	runtime.GC()
+	before := debug.SetGCPercent(100)
+	debug.SetGCPercent(before)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { Run(ctx, headroom, 5*time.Millisecond); close(done) }()
+	var goal, live uint64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		runtime.GC()
+		live, goal = read(liveMetric), read("/gc/heap/goal:bytes")
+		if goal < live+2*headroom || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if want := Percent(live, headroom); int(read("/gc/gogc:percent")) != want {
+		t.Errorf("GOGC = %d with %d bytes live, want %d", read("/gc/gogc:percent"), live, want)
+	}
+	// goal = live + (live + stacks + globals) × GOGC/100: about live +
+	// headroom, rounding up GOGC adding at most 1 % of live.
+	if goal > live+headroom+live/100+4<<20 {
+		t.Errorf("heap goal %d MiB with %d MiB live, want about %d MiB", goal>>20, live>>20, (live+headroom)>>20)
+	}
+	cancel()
+	<-done
+	if got := debug.SetGCPercent(before); got != before {
+		t.Errorf("GOGC after Run = %d, want the %d it found", got, before)
+	}
+	runtime.KeepAlive(lun)
+}
+
+// An operator's GOGC stands: Run leaves the setting alone and returns.
+func TestRunLeavesOperatorsGOGC(t *testing.T) {
+	t.Setenv("GOGC", "300")
+	prev := debug.SetGCPercent(300)
+	defer debug.SetGCPercent(prev)
+	lun := make([]byte, 256<<20)
+	runtime.GC()
+	done := make(chan struct{})
+	go func() { Run(context.Background(), 16<<20, time.Millisecond); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return with GOGC set")
+	}
+	if got := read("/gc/gogc:percent"); got != 300 {
+		t.Errorf("GOGC = %d, want the operator's 300", got)
+	}
+	runtime.KeepAlive(lun)
+}
