@@ -14,11 +14,20 @@ const RAMChunkSize = 64 << 10
 // which data was written and which was unmapped (AllocationStatus).
 const RAMPageSize = 4 << 10
 
-// ramChunk is one allocation unit: its data and which of its pages hold
-// written data.
-type ramChunk struct {
-	pages uint16 // bit i: page i (RAMPageSize bytes) written since unmapped
-	data  [RAMChunkSize]byte
+// ramChunk is one allocation unit's data. It holds nothing else: a chunk
+// is a large object of its own span, so its data starts page-aligned (a
+// 4 KiB block at a 4 KiB offset lies in one page), and what the walk reads
+// about a chunk lies in the RAM's dense tables, not on a line of the
+// chunk's own memory (an I/O at random touches only the lines it moves).
+type ramChunk [RAMChunkSize]byte
+
+// bytes is the chunk's memory, nil for a nil chunk. It does not load from
+// the chunk (no nil check reads its first line).
+func (c *ramChunk) bytes() []byte {
+	if c == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(c)), RAMChunkSize)
 }
 
 const ramLockStripes = 64
@@ -28,9 +37,12 @@ const ramLockStripes = 64
 // "durable" in the sense of the process lifetime, so it needs no Syncer.
 // Safe for concurrent use.
 type RAM struct {
-	mu     sync.RWMutex // guards chunks slice header and size (resize)
+	mu     sync.RWMutex // guards the chunks and pages slice headers and size (resize)
 	size   int64
 	chunks []atomic.Pointer[ramChunk]
+	// pages[i], guarded by chunk i's stripe lock: bit j set when page j
+	// (RAMPageSize bytes) of chunk i holds data written since unmapped.
+	pages  []uint16
 	locks  [ramLockStripes]sync.RWMutex // per-chunk content locks, striped
 	closed atomic.Bool
 }
@@ -45,9 +57,11 @@ func NewRAM(size int64) *RAM {
 func (r *RAM) setSize(size int64) {
 	n := (size + RAMChunkSize - 1) / RAMChunkSize
 	nc := make([]atomic.Pointer[ramChunk], n)
+	np := make([]uint16, n)
 	for i := range nc {
 		if i < len(r.chunks) {
 			nc[i].Store(r.chunks[i].Load())
+			np[i] = r.pages[i]
 		}
 	}
 	// A kept partial last chunk is replaced by a copy of its bytes before
@@ -58,16 +72,17 @@ func (r *RAM) setSize(size int64) {
 			k := size % RAMChunkSize
 			kept := (k + RAMPageSize - 1) / RAMPageSize
 			var cc *ramChunk
-			if pages := c.pages & (1<<kept - 1); pages != 0 {
+			np[n-1] &= 1<<kept - 1
+			if np[n-1] != 0 {
 				// A chunk with no written page left is freed, as
 				// Unmap frees it.
-				cc = &ramChunk{pages: pages}
-				copy(cc.data[:k], c.data[:k])
+				cc = newRAMChunk()
+				copy(cc[:k], c[:k])
 			}
 			nc[n-1].Store(cc)
 		}
 	}
-	r.chunks = nc
+	r.chunks, r.pages = nc, np
 	r.size = size
 }
 
@@ -83,7 +98,7 @@ func (r *RAM) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed.Store(true)
-	r.chunks = nil
+	r.chunks, r.pages = nil, nil
 	return nil
 }
 
@@ -106,11 +121,11 @@ func (r *RAM) NonBlocking() bool { return true }
 
 // ReadAt implements io.ReaderAt.
 func (r *RAM) ReadAt(p []byte, off int64) (int, error) {
-	err := r.walk(off, int64(len(p)), false, func(_ int64, c *ramChunk, co, m, done int64) {
+	err := r.walk(off, int64(len(p)), false, func(_ int64, c []byte, co, m, done int64) {
 		if c == nil {
 			clear(p[done : done+m])
 		} else {
-			copy(p[done:done+m], c.data[co:])
+			copy(p[done:done+m], c[co:])
 		}
 	})
 	if err != nil {
@@ -129,11 +144,11 @@ var ramZeros [RAMChunkSize]byte
 // its chunk (or of ramZeros), so all views of one chunk share an end: a
 // registration cache (rdma.RegionCache) registers the chunk once.
 func (r *RAM) View(views [][]byte, off, length int64) ([][]byte, error) {
-	err := r.walk(off, length, false, func(_ int64, c *ramChunk, co, m, _ int64) {
+	err := r.walk(off, length, false, func(_ int64, c []byte, co, m, _ int64) {
 		if c == nil {
 			views = append(views, ramZeros[:m])
 		} else {
-			views = append(views, c.data[co:co+m])
+			views = append(views, c[co:co+m])
 		}
 	})
 	return views, err
@@ -144,13 +159,12 @@ func (r *RAM) View(views [][]byte, off, length int64) ([][]byte, error) {
 // allocated (zeroed) and the range's pages marked written. As with View,
 // each slice's capacity runs to the end of its chunk.
 func (r *RAM) WriteView(views [][]byte, off, length int64) ([][]byte, error) {
-	err := r.walk(off, length, true, func(ci int64, c *ramChunk, co, m, _ int64) {
+	err := r.walk(off, length, true, func(ci int64, c []byte, co, m, _ int64) {
 		if c == nil {
-			c = newRAMChunk()
-			r.chunks[ci].Store(c)
+			c = r.allocChunk(ci)
 		}
-		views = append(views, c.data[co:co+m])
-		c.markWritten(co, m)
+		views = append(views, c[co:co+m])
+		r.markWritten(ci, co, m)
 	})
 	return views, err
 }
@@ -161,27 +175,34 @@ func (r *RAM) WriteView(views [][]byte, off, length int64) ([][]byte, error) {
 // them alive.
 func newRAMChunk() *ramChunk {
 	c := new(ramChunk)
-	adviseHugePages(uintptr(unsafe.Pointer(&c.data[0])), len(c.data))
+	adviseHugePages(uintptr(unsafe.Pointer(c)), RAMChunkSize)
 	return c
 }
 
-// markWritten marks the pages of [co, co+m) as written. The chunk's stripe
-// lock must be held exclusively.
-func (c *ramChunk) markWritten(co, m int64) {
+// allocChunk allocates chunk ci (zeroed) and returns its memory. r.mu
+// and the chunk's stripe lock (exclusive) must be held.
+func (r *RAM) allocChunk(ci int64) []byte {
+	c := newRAMChunk()
+	r.chunks[ci].Store(c)
+	return c.bytes()
+}
+
+// markWritten marks the pages of [co, co+m) of chunk ci as written. r.mu
+// and the chunk's stripe lock (exclusive) must be held.
+func (r *RAM) markWritten(ci, co, m int64) {
 	for pg := co / RAMPageSize; pg <= (co+m-1)/RAMPageSize; pg++ {
-		c.pages |= 1 << pg
+		r.pages[ci] |= 1 << pg
 	}
 }
 
 // WriteAt implements io.WriterAt.
 func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
-	err := r.walk(off, int64(len(p)), true, func(ci int64, c *ramChunk, co, m, done int64) {
+	err := r.walk(off, int64(len(p)), true, func(ci int64, c []byte, co, m, done int64) {
 		if c == nil {
-			c = newRAMChunk()
-			r.chunks[ci].Store(c)
+			c = r.allocChunk(ci)
 		}
-		copy(c.data[co:co+m], p[done:])
-		c.markWritten(co, m)
+		copy(c[co:co+m], p[done:])
+		r.markWritten(ci, co, m)
 	})
 	if err != nil {
 		return 0, err
@@ -192,27 +213,27 @@ func (r *RAM) WriteAt(p []byte, off int64) (int, error) {
 // Unmap implements Unmapper: the range is zeroed, the pages it wholly
 // covers count as unmapped, and a chunk with no mapped page left is freed.
 func (r *RAM) Unmap(off, length int64) error {
-	return r.walk(off, length, true, func(ci int64, c *ramChunk, co, m, _ int64) {
+	return r.walk(off, length, true, func(ci int64, c []byte, co, m, _ int64) {
 		if c == nil {
 			return
 		}
-		clear(c.data[co : co+m])
+		clear(c[co : co+m])
 		// Pages wholly inside the range are no longer written.
 		for pg := (co + RAMPageSize - 1) / RAMPageSize; (pg+1)*RAMPageSize <= co+m; pg++ {
-			c.pages &^= 1 << pg
+			r.pages[ci] &^= 1 << pg
 		}
-		if c.pages == 0 {
+		if r.pages[ci] == 0 {
 			r.chunks[ci].Store(nil)
 		}
 	})
 }
 
 // walk checks the device is open and [off, off+length) inside it, then
-// calls fn for each chunk piece of the range: the chunk index, the chunk
-// (nil when never written), the piece's offset co and length m in the
+// calls fn for each chunk piece of the range: the chunk index, the chunk's
+// memory (nil when never written), the piece's offset co and length m in the
 // chunk, and how many bytes of the range came before it. fn runs under
 // r.mu (shared) and the chunk's stripe lock (exclusive when excl).
-func (r *RAM) walk(off, length int64, excl bool, fn func(ci int64, c *ramChunk, co, m, done int64)) error {
+func (r *RAM) walk(off, length int64, excl bool, fn func(ci int64, c []byte, co, m, done int64)) error {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if r.closed.Load() {
@@ -230,7 +251,7 @@ func (r *RAM) walk(off, length int64, excl bool, fn func(ci int64, c *ramChunk, 
 		} else {
 			l.RLock()
 		}
-		fn(ci, r.chunks[ci].Load(), co, m, pos-off)
+		fn(ci, r.chunks[ci].Load().bytes(), co, m, pos-off)
 		if excl {
 			l.Unlock()
 		} else {
@@ -268,8 +289,7 @@ func (r *RAM) pageMapped(pg int64) bool {
 	l := &r.locks[ci%ramLockStripes]
 	l.RLock()
 	defer l.RUnlock()
-	c := r.chunks[ci].Load()
-	return c != nil && c.pages&(1<<(pg%(RAMChunkSize/RAMPageSize))) != 0
+	return r.chunks[ci].Load() != nil && r.pages[ci]&(1<<(pg%(RAMChunkSize/RAMPageSize))) != 0
 }
 
 // AllocatedBytes reports how many bytes of chunk memory are in use.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+	"unsafe"
 )
 
 // TestRAMWriteView: WriteView gives the medium itself, one slice per chunk
@@ -57,4 +58,30 @@ func lens(v [][]byte) []int {
 		n = append(n, len(b))
 	}
 	return n
+}
+
+// A chunk's memory starts page-aligned: the view of a block at a 4 KiB
+// offset lies in one page of memory (one TLB entry, whole cache lines),
+// both for a chunk WriteView allocates and one WriteAt allocates.
+func TestRAMViewsPageAligned(t *testing.T) {
+	r := NewRAM(4 * RAMChunkSize)
+	if _, err := r.WriteAt(make([]byte, 512), 3*RAMChunkSize+512); err != nil {
+		t.Fatal(err)
+	}
+	wv, err := r.WriteView(nil, RAMChunkSize+2*RAMPageSize, RAMPageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := r.View(nil, 3*RAMChunkSize+RAMPageSize, RAMPageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string][][]byte{"WriteView": wv, "View": v} {
+		if len(s) != 1 || len(s[0]) != RAMPageSize {
+			t.Fatalf("%s: %d slices, want one of %d bytes", name, len(s), RAMPageSize)
+		}
+		if a := uintptr(unsafe.Pointer(&s[0][0])); a%RAMPageSize != 0 {
+			t.Errorf("%s of a 4 KiB-aligned block at %#x: %d bytes into a page", name, a, a%RAMPageSize)
+		}
+	}
 }

@@ -256,7 +256,7 @@ func (s Size) MarshalTOML() ([]byte, error) {
 const maxSize = adminapi.MaxSize
 
 // maxRAMSize is the largest RAM backstore, in bytes. Its chunk table is
-// allocated up front (8 bytes per 64 KiB, 512 MiB for 4 TiB) even though
+// allocated up front (10 bytes per 64 KiB, 640 MiB for 4 TiB) even though
 // the data is sparse; 4 TiB still allows LUNs beyond the 2 TiB READ
 // CAPACITY(10) limit.
 const maxRAMSize = 4 << 40
