@@ -82,10 +82,10 @@ func (s *session) enter(ctx context.Context, cmd *Command) (Result, *task) {
 		return s.register(ctx, cmd, lu, ro)
 	}
 	o.Started()
-	t0 := s.t.clock.Now()
+	t0 := s.t.elapsed()
 	res, t := s.register(ctx, cmd, lu, ro)
 	if t == nil {
-		o.Finished(&res, s.t.clock.Now().Sub(t0))
+		o.Finished(&res, s.t.elapsed()-t0)
 		return res, nil
 	}
 	t.started = t0
@@ -106,7 +106,7 @@ func (s *session) proceed(t *task, inline bool) (Result, *task) {
 	res := s.finish(t, f, entered, run)
 	if !res.FetchViews {
 		// A WRITE whose data-out is to be placed is finished by placed.
-		o.Finished(&res, s.t.clock.Now().Sub(t.started))
+		o.Finished(&res, s.t.elapsed()-t.started)
 	}
 	return res, nil
 }
@@ -118,7 +118,7 @@ func (s *session) resume(t *task) Result {
 	f, run := enabled(c, t.ts.await(c.ctx, t))
 	res := s.finish(t, f, true, run)
 	if o := c.lu.cfg.Observer; o != nil && !res.FetchViews {
-		o.Finished(&res, s.t.clock.Now().Sub(t.started))
+		o.Finished(&res, s.t.elapsed()-t.started)
 	}
 	return res
 }
@@ -160,7 +160,7 @@ func (s *session) placedResult(t *task, f failure) Result {
 	c.cmd.DataOutBuffered = false
 	res := s.endTask(t, f, true)
 	if o := c.lu.cfg.Observer; o != nil {
-		o.Finished(&res, s.t.clock.Now().Sub(t.started))
+		o.Finished(&res, s.t.elapsed()-t.started)
 	}
 	return res
 }

@@ -28,6 +28,18 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
+// elapsed is the time since the target was made, by its clock: the
+// command durations an Observer is given are differences of two. With
+// the system clock it is one read of the monotonic clock (time.Since of
+// a time that carries a monotonic reading); time.Now reads the wall clock
+// too, and a command would take four reads instead of two.
+func (t *Target) elapsed() time.Duration {
+	if _, ok := t.clock.(systemClock); ok {
+		return time.Since(t.epoch)
+	}
+	return t.clock.Now().Sub(t.epoch)
+}
+
 // ProtocolSRP is the SCSI transport protocol identifier of SRP
 // (SPC-4 §7.6.1, table 362).
 const ProtocolSRP = 0x4
@@ -60,6 +72,7 @@ type Target struct {
 	cfg    TargetConfig
 	log    *slog.Logger
 	clock  Clock
+	epoch  time.Time // the clock's time when the target was made (elapsed)
 	ops    *opTable
 	protID uint8
 
@@ -102,6 +115,7 @@ func NewTarget(cfg TargetConfig) *Target {
 	if t.clock == nil {
 		t.clock = systemClock{}
 	}
+	t.epoch = t.clock.Now()
 	if t.protID == 0 {
 		t.protID = ProtocolSRP
 	}

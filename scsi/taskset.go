@@ -28,9 +28,9 @@ type task struct {
 	// reportAborted: the abort came from another nexus with TAS=1, so the
 	// command completes with TASK ABORTED status instead of silently.
 	reportAborted bool
-	// started is when an Observer saw the command start (Observer.Started)
-	// when it was left dormant (session.start).
-	started time.Time
+	// started is when an Observer saw the command start (Observer.Started),
+	// as Target.elapsed, when it was left dormant (session.start).
+	started time.Duration
 
 	cmdCtx
 }
