@@ -63,8 +63,17 @@ func execInquiry(c *cmdCtx) failure {
 		return c.putDataIn(c.standardInquiry(), alloc)
 	}
 	if c.lu == nil {
-		// No logical unit: only the peripheral qualifier speaks.
-		return badCDB(2, -1)
+		// No logical unit (SPC-4 §6.6.1: CHECK CONDITION only for data
+		// the device server cannot return): the Supported VPD Pages page,
+		// listing itself alone, with the peripheral qualifier 011b and
+		// type 1Fh of the standard data (§7.8.1); the other pages describe
+		// a logical unit there is not.
+		if page != 0x00 {
+			return badCDB(2, -1)
+		}
+		data := vpdHeader(0x00, []byte{0x00})
+		data[0] = pdtNotConnected
+		return c.putDataIn(data, alloc)
 	}
 	var data []byte
 	switch page {

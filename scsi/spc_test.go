@@ -127,6 +127,17 @@ func TestBadLUN(t *testing.T) {
 	if cmd.DataIn[0] != 0x7F {
 		t.Fatalf("byte 0 %#x, want 7f", cmd.DataIn[0])
 	}
+	// EVPD: the Supported VPD Pages page, with the same qualifier and
+	// type, lists only itself (SPC-4 §6.6.1, §7.8.13); a page describing
+	// a logical unit is refused (INVALID FIELD IN CDB, the PAGE CODE).
+	cmd = &Command{Tag: 903, LUN: EncodeLUN(5), CDB: cdbInquiry(true, 0x00, 255), DataIn: make([]byte, 255)}
+	if r := f.s.Execute(testCtx(t), cmd); r.Status != sense.StatusGood || r.DataInLen != 5 {
+		t.Fatalf("VPD 00h of no logical unit: %+v", r)
+	}
+	wantBytes(t, "VPD 00h of no logical unit", cmd.DataIn[:5], []byte{0x7F, 0x00, 0x00, 0x01, 0x00})
+	for _, page := range []byte{0x80, 0x83, 0xB0} {
+		wantField(t, f.run(f.s, 5, cdbInquiry(true, page, 255), nil, 255), 0x24, true, 2, -1)
+	}
 	wantSense(t, f.run(f.s, 5, cdbTUR(), nil, 0), sense.KeyIllegalRequest, 0x25, 0x00)
 	wantSense(t, f.run(f.s, 5, cdb16(0x88, 0, 0, 1), nil, 512), sense.KeyIllegalRequest, 0x25, 0x00)
 	// REQUEST SENSE: GOOD with LOGICAL UNIT NOT SUPPORTED sense data.
