@@ -11,7 +11,11 @@
 // can reach twice the LUNs' size. Pacing the collector to a fixed headroom
 // (GOGC lowered to headroom ÷ live heap) keeps the garbage in memory that
 // is already mapped. The collector's marking cost stays small: the chunks
-// hold no pointers, so each cycle only marks them.
+// hold no pointers, so each cycle only marks them. The headroom is never
+// less than the memory a collection scans (the heap's pointer-holding
+// objects, stacks and globals): a collection then costs no more per byte
+// allocated than under the default pacing of a heap that is all pointers,
+// however large the pointer tables of a big sparse LUN.
 package gcpace
 
 import (
@@ -27,8 +31,13 @@ import (
 // of a small machine, so collections stay a few per second at most.
 const DefaultHeadroom = 64 << 20
 
-// liveMetric is the heap the last collection marked live, in bytes.
-const liveMetric = "/gc/heap/live:bytes"
+// The metrics Run reads: the heap the last collection marked live, and
+// what a collection scans (heap objects with pointers, stacks, globals),
+// in bytes.
+const (
+	liveMetric = "/gc/heap/live:bytes"
+	scanMetric = "/gc/scan/total:bytes"
+)
 
 // Percent is the GOGC value that gives a heap of live bytes (after a
 // collection) the given headroom in bytes: 100 × headroom ÷ live, rounded
@@ -42,8 +51,9 @@ func Percent(live, headroom uint64) int {
 }
 
 // Run paces the collector until ctx ends: every interval it reads the live
-// heap (runtime/metrics /gc/heap/live:bytes) and sets GOGC to
-// Percent(live, headroom) (debug.SetGCPercent) when that changed; at the
+// heap and the scannable memory (runtime/metrics /gc/heap/live:bytes,
+// /gc/scan/total:bytes) and sets GOGC to Percent(live, max(headroom,
+// scannable)) (debug.SetGCPercent) when that changed; at the
 // end it restores the GOGC it found. It returns at once, changing nothing,
 // when the GOGC environment variable is set: the operator's choice stands.
 // One Run per process: two would fight over the same setting.
@@ -51,7 +61,7 @@ func Run(ctx context.Context, headroom uint64, interval time.Duration) {
 	if os.Getenv("GOGC") != "" {
 		return
 	}
-	sample := []metrics.Sample{{Name: liveMetric}}
+	sample := []metrics.Sample{{Name: liveMetric}, {Name: scanMetric}}
 	orig := debug.SetGCPercent(100)
 	set := 100
 	defer debug.SetGCPercent(orig)
@@ -59,11 +69,13 @@ func Run(ctx context.Context, headroom uint64, interval time.Duration) {
 	defer t.Stop()
 	for {
 		metrics.Read(sample)
-		var live uint64
-		if sample[0].Value.Kind() == metrics.KindUint64 {
-			live = sample[0].Value.Uint64()
+		var v [2]uint64
+		for i, s := range sample {
+			if s.Value.Kind() == metrics.KindUint64 {
+				v[i] = s.Value.Uint64()
+			}
 		}
-		if p := Percent(live, headroom); p != set {
+		if p := Percent(v[0], max(headroom, v[1])); p != set {
 			debug.SetGCPercent(p)
 			set = p
 		}

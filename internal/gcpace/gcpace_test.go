@@ -98,3 +98,29 @@ func TestRunLeavesOperatorsGOGC(t *testing.T) {
 	}
 	runtime.KeepAlive(lun)
 }
+
+// A live heap of pointers (as the chunk table of a large sparse RAM LUN)
+// keeps GOGC at about 100: the headroom is at least what a collection
+// scans, so collections do not come more often than the default pacing
+// would have them.
+func TestRunHeadroomCoversScanWork(t *testing.T) {
+	t.Setenv("GOGC", "")
+	const headroom = 16 << 20
+	table := make([]*byte, 32<<20) // 256 MiB of pointer slots
+	runtime.GC()
+	before := debug.SetGCPercent(100)
+	debug.SetGCPercent(before)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { Run(ctx, headroom, 5*time.Millisecond); close(done) }()
+	time.Sleep(50 * time.Millisecond)
+	runtime.GC()
+	time.Sleep(50 * time.Millisecond)
+	live, scan := read(liveMetric), read(scanMetric)
+	if want := Percent(live, max(headroom, scan)); int(read("/gc/gogc:percent")) != want || want < 90 {
+		t.Errorf("GOGC = %d with %d MiB live, %d MiB scannable; want %d (about 100)", read("/gc/gogc:percent"), live>>20, scan>>20, want)
+	}
+	cancel()
+	<-done
+	runtime.KeepAlive(table)
+}
