@@ -146,9 +146,10 @@ type WriteViewer interface {
 	// written from this call on (AllocationStatus reports it mapped); the
 	// caller fills every slice, and until it has, reads of the range may
 	// return any mix of the old and the new bytes. The slices stay valid
-	// memory while the caller holds them, but an Unmap or Resize of the
-	// range may detach them from the medium (the caller orders those, as
-	// the SCSI core's write lock does). Errors as WriteAt's: ErrClosed,
+	// memory while the caller holds them, but an Unmap of the range or
+	// any Resize (a RAM backstore's shrink copies the chunk the new end
+	// falls in) may detach them from the medium (the caller orders those,
+	// as the SCSI core's write lock does). Errors as WriteAt's: ErrClosed,
 	// ErrOutOfRange.
 	WriteView(views [][]byte, off, length int64) ([][]byte, error)
 }
