@@ -35,6 +35,9 @@ func main() {
 	defer stop()
 	// RAM LUNs are live heap: without pacing, each collection would
 	// wait for as much garbage again (internal/gcpace).
+	if v, ok := gcpace.OperatorGOGC(); v != "" && !ok {
+		fmt.Fprintf(os.Stderr, "srptd: GOGC=%q is neither off nor a whole number: Go ignores it, and srptd paces its collector itself\n", v)
+	}
 	go gcpace.Run(ctx, gcpace.DefaultHeadroom, time.Second)
 	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr, nil); err != nil {
 		if errors.Is(err, errHandled) {

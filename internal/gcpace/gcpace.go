@@ -23,6 +23,7 @@ import (
 	"os"
 	"runtime/debug"
 	"runtime/metrics"
+	"strconv"
 	"time"
 )
 
@@ -55,10 +56,11 @@ func Percent(live, headroom uint64) int {
 // /gc/scan/total:bytes) and sets GOGC to Percent(live, max(headroom,
 // scannable)) (debug.SetGCPercent) when that changed; at the
 // end it restores the GOGC it found. It returns at once, changing nothing,
-// when the GOGC environment variable is set: the operator's choice stands.
+// when the GOGC environment variable holds a setting Go's runtime takes
+// ("off" or a whole number, OperatorGOGC): the operator's choice stands.
 // One Run per process: two would fight over the same setting.
 func Run(ctx context.Context, headroom uint64, interval time.Duration) {
-	if os.Getenv("GOGC") != "" {
+	if _, set := OperatorGOGC(); set {
 		return
 	}
 	sample := []metrics.Sample{{Name: liveMetric}, {Name: scanMetric}}
@@ -85,4 +87,17 @@ func Run(ctx context.Context, headroom uint64, interval time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// OperatorGOGC returns the GOGC environment variable and whether it holds
+// a setting Go's runtime takes: "off" or a whole number that fits 32 bits
+// (the runtime's readGOGC). Any other value the runtime ignores (GOGC 100), and so does
+// Run: it paces the collector as if the variable were unset.
+func OperatorGOGC() (string, bool) {
+	v := os.Getenv("GOGC")
+	if v == "off" {
+		return v, true
+	}
+	_, err := strconv.ParseInt(v, 10, 32)
+	return v, err == nil
 }

@@ -124,3 +124,35 @@ func TestRunHeadroomCoversScanWork(t *testing.T) {
 	<-done
 	runtime.KeepAlive(table)
 }
+
+// A GOGC Go's runtime does not take (it runs at 100 then) is no operator's
+// choice: Run paces as if it were unset.
+func TestOperatorGOGC(t *testing.T) {
+	for _, c := range []struct {
+		v   string
+		set bool
+	}{{"", false}, {"off", true}, {"100", true}, {"-1", true}, {"25", true}, {"abc", false}, {"50%", false}, {"OFF", false}, {"99999999999", false}} {
+		t.Setenv("GOGC", c.v)
+		if v, set := OperatorGOGC(); v != c.v || set != c.set {
+			t.Errorf("GOGC=%q: OperatorGOGC() = %q, %v; want %v", c.v, v, set, c.set)
+		}
+	}
+	t.Setenv("GOGC", "abc")
+	lun := make([]byte, 256<<20)
+	runtime.GC()
+	before := debug.SetGCPercent(100)
+	debug.SetGCPercent(before)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { Run(ctx, 16<<20, 5*time.Millisecond); close(done) }()
+	for deadline := time.Now().Add(5 * time.Second); read("/gc/gogc:percent") == uint64(before) && time.Now().Before(deadline); {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := read("/gc/gogc:percent"); got == uint64(before) {
+		t.Errorf("GOGC=abc: GOGC stayed %d, want paced", got)
+	}
+	cancel()
+	<-done
+	runtime.KeepAlive(lun)
+}
