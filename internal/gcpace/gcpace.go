@@ -91,8 +91,9 @@ func Run(ctx context.Context, headroom uint64, interval time.Duration) {
 
 // OperatorGOGC returns the GOGC environment variable and whether it holds
 // a setting Go's runtime takes: "off" or a whole number that fits 32 bits
-// (the runtime's readGOGC). Any other value the runtime ignores (GOGC 100), and so does
-// Run: it paces the collector as if the variable were unset.
+// (the runtime's readGOGC). Any other value the runtime ignores (it runs
+// at GOGC 100), and so does Run: it paces the collector as if the variable
+// were unset.
 func OperatorGOGC() (string, bool) {
 	v := os.Getenv("GOGC")
 	if v == "off" {

@@ -31,6 +31,19 @@ func TestPercent(t *testing.T) {
 	}
 }
 
+// startRun runs Run(headroom, every 5 ms) on a goroutine after a
+// collection has measured the live heap. It returns the GOGC it found and
+// stop, which ends Run and waits for it to return.
+func startRun(headroom uint64) (before int, stop func()) {
+	runtime.GC()
+	before = debug.SetGCPercent(100)
+	debug.SetGCPercent(before)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { Run(ctx, headroom, 5*time.Millisecond); close(done) }()
+	return before, func() { cancel(); <-done }
+}
+
 func read(name string) uint64 {
 	s := []metrics.Sample{{Name: name}}
 	metrics.Read(s)
@@ -47,13 +60,7 @@ func TestRunBoundsHeadroom(t *testing.T) {
 	for i := range lun {
 		lun[i] = make([]byte, 1<<20)
 	}
-	runtime.GC()
-	before := debug.SetGCPercent(100)
-	debug.SetGCPercent(before)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { Run(ctx, headroom, 5*time.Millisecond); close(done) }()
+	before, stop := startRun(headroom)
 	var goal, live uint64
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		runtime.GC()
@@ -71,8 +78,7 @@ func TestRunBoundsHeadroom(t *testing.T) {
 	if goal > live+headroom+live/100+4<<20 {
 		t.Errorf("heap goal %d MiB with %d MiB live, want about %d MiB", goal>>20, live>>20, (live+headroom)>>20)
 	}
-	cancel()
-	<-done
+	stop()
 	if got := debug.SetGCPercent(before); got != before {
 		t.Errorf("GOGC after Run = %d, want the %d it found", got, before)
 	}
@@ -107,12 +113,7 @@ func TestRunHeadroomCoversScanWork(t *testing.T) {
 	t.Setenv("GOGC", "")
 	const headroom = 16 << 20
 	table := make([]*byte, 32<<20) // 256 MiB of pointer slots
-	runtime.GC()
-	before := debug.SetGCPercent(100)
-	debug.SetGCPercent(before)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { Run(ctx, headroom, 5*time.Millisecond); close(done) }()
+	_, stop := startRun(headroom)
 	time.Sleep(50 * time.Millisecond)
 	runtime.GC()
 	time.Sleep(50 * time.Millisecond)
@@ -120,8 +121,7 @@ func TestRunHeadroomCoversScanWork(t *testing.T) {
 	if want := Percent(live, max(headroom, scan)); int(read("/gc/gogc:percent")) != want || want < 90 {
 		t.Errorf("GOGC = %d with %d MiB live, %d MiB scannable; want %d (about 100)", read("/gc/gogc:percent"), live>>20, scan>>20, want)
 	}
-	cancel()
-	<-done
+	stop()
 	runtime.KeepAlive(table)
 }
 
@@ -139,12 +139,7 @@ func TestOperatorGOGC(t *testing.T) {
 	}
 	t.Setenv("GOGC", "abc")
 	lun := make([]byte, 256<<20)
-	runtime.GC()
-	before := debug.SetGCPercent(100)
-	debug.SetGCPercent(before)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { Run(ctx, 16<<20, 5*time.Millisecond); close(done) }()
+	before, stop := startRun(16 << 20)
 	for deadline := time.Now().Add(5 * time.Second); read("/gc/gogc:percent") == uint64(before) && time.Now().Before(deadline); {
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
@@ -152,7 +147,6 @@ func TestOperatorGOGC(t *testing.T) {
 	if got := read("/gc/gogc:percent"); got == uint64(before) {
 		t.Errorf("GOGC=abc: GOGC stayed %d, want paced", got)
 	}
-	cancel()
-	<-done
+	stop()
 	runtime.KeepAlive(lun)
 }
