@@ -15,7 +15,7 @@
 // rdma_cm_ids bound to that device; each connection has its own completion
 // queue and completion channel. A goroutine per connection waits on the
 // channel through Go's network poller (its file descriptor is
-// non-blocking), takes every pending event in one call and runs the
+// non-blocking), takes the pending event (one per arm) and runs the
 // consumer's completion hook (rdma.CQHook) on the spot, or signals
 // Notify (rdma.CQNotifier) and a waiting Poll, which honours its context.
 // TryPoll takes up to 64 completions per call into the library and, when

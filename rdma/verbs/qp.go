@@ -592,8 +592,9 @@ func (c *conn) isClosing() bool {
 }
 
 // waitCQ is the connection's completion goroutine: it sleeps on the
-// completion channel's descriptor in Go's poller, takes every pending
-// event in one call (acknowledging them together) and announces them. With
+// completion channel's descriptor in Go's poller, takes the pending event
+// (there is at most one: the CQ is armed again only after it) and
+// announces it. With
 // Config.BusyPoll it announces in a loop instead. It ends once the
 // connection is destroyed.
 func (c *conn) waitCQ() {
@@ -619,7 +620,7 @@ func (c *conn) waitCQ() {
 				stop = true
 				return true
 			}
-			n := C.gs_cq_events(c.cch)
+			n := C.gs_cq_event(c.cch)
 			if n < 0 {
 				cerr = syscall.Errno(-n)
 				return true

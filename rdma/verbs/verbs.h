@@ -131,19 +131,15 @@ static inline int gs_poll_arm(struct ibv_cq *cq, gs_wc *out, int n, int *armed) 
 
 static inline int gs_req_notify(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
 
-// gs_cq_events takes every completion channel event pending on ch without
-// blocking and acknowledges them together (ibv_ack_cq_events): the count
-// taken, 0 when none, or -errno.
-static inline int gs_cq_events(struct ibv_comp_channel *ch) {
-	struct ibv_cq *cq = NULL, *ev; void *ctx;
-	int n = 0;
-	while (ibv_get_cq_event(ch, &ev, &ctx) == 0) {
-		cq = ev;
-		n++;
-	}
-	if (n == 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
-	ibv_ack_cq_events(cq, n);
-	return n;
+// gs_cq_event takes one completion channel event of ch without blocking
+// and acknowledges it (ibv_ack_cq_events): 1, 0 when none is pending, or
+// -errno. One read suffices: the CQ raises an event only once per
+// ibv_req_notify_cq, and it is armed again only after its event was taken.
+static inline int gs_cq_event(struct ibv_comp_channel *ch) {
+	struct ibv_cq *cq; void *ctx;
+	if (ibv_get_cq_event(ch, &cq, &ctx) != 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+	ibv_ack_cq_events(cq, 1);
+	return 1;
 }
 
 static inline int gs_nonblock(int fd) {

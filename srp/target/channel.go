@@ -385,6 +385,7 @@ func (c *channel) run(conn rdma.Conn, established bool) {
 		select {
 		case <-notify:
 			c.turn.Lock()
+			c.stats.wakes.Add(1)
 			c.pollNow()
 		case <-c.wake:
 			c.turn.Lock()
@@ -438,6 +439,7 @@ func (c *channel) endTurn() {
 // when no other goroutine has the turn; otherwise, or once the channel has
 // left LIVE, the loop goroutine takes over.
 func (c *channel) onCQHook() {
+	c.stats.wakes.Add(1)
 	if !c.turn.TryLock() {
 		c.wakeLoop()
 		return
@@ -489,6 +491,8 @@ func (c *channel) pollNow() {
 			c.onCompletion(&c.compBuf[i])
 		}
 		if n > 0 {
+			c.stats.polls.Add(1)
+			c.stats.completions.Add(uint64(n))
 			c.pump()
 		}
 		if err != nil {
@@ -688,7 +692,8 @@ func (c *channel) release() {
 		p.releaseSRQ()
 	}
 	close(c.done)
-	c.log.Info("channel released")
+	c.log.Info("channel released", "commands", c.stats.commands.Load(), "wakes", c.stats.wakes.Load(),
+		"polls", c.stats.polls.Load(), "completions", c.stats.completions.Load(), "doorbells", c.stats.doorbells.Load())
 }
 
 func (c *channel) handle(ev event) {

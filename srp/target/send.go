@@ -319,6 +319,7 @@ func (c *channel) post(wrs ...rdma.SendWR) error {
 func (c *channel) doorbell() {
 	if c.rang {
 		c.rang = false
+		c.stats.doorbells.Add(1)
 		c.bell.Doorbell()
 	}
 }

@@ -13,4 +13,8 @@ type chanStats struct {
 	checkConditions atomic.Uint64 // SRP_RSPs with status CHECK CONDITION
 	tmfs            atomic.Uint64 // SRP_TSK_MGMTs received
 	maxOutstanding  atomic.Int64  // most commands and TMFs in progress at once
+	wakes           atomic.Uint64 // completion notifications taken (rdma.CQNotifier, rdma.CQHook)
+	polls           atomic.Uint64 // polls of the completion queue that found work
+	completions     atomic.Uint64 // work completions handled
+	doorbells       atomic.Uint64 // doorbells rung (rdma.Doorbeller)
 }

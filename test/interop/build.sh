@@ -23,6 +23,10 @@
 #   GOSRP_INTEROP_KERNEL_VERSION  its package version (pinned: 6.1.192-3)
 #   GOSRP_INTEROP_MIRROR          Debian mirror for the root filesystem
 #                                 (default: the host's apt source)
+#   GOSRP_INTEROP_EXTRA_PKGS      more Debian packages for the guest, space
+#                                 separated (linux-perf: verbs-profile then
+#                                 also records the whole guest with perf);
+#                                 best with a cache directory of its own
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,6 +46,8 @@ PKGS=(
 	fio sg3-utils libiscsi-bin lsscsi e2fsprogs tcpdump
 	multipath-tools
 )
+# shellcheck disable=SC2206
+PKGS+=(${GOSRP_INTEROP_EXTRA_PKGS:-})
 # Kernel modules for the guest (their dependencies come along).
 MODULES=(
 	virtio_pci 9p 9pnet_virtio configfs overlay ext4 dummy loop

@@ -6,7 +6,13 @@
 # together) and, for srptd-verbs, the process's own share
 # (/proc/PID/stat) and its pprof CPU profile, left beside the logs as
 # srptd-verbs-NAME.http (the profile is the body after the header's blank
-# line; see perf-profile.sh to extract it).
+# line; see perf-profile.sh to extract it). When the guest has perf (an
+# image built with GOSRP_INTEROP_EXTRA_PKGS=linux-perf) every job, LIO's
+# too, is also sampled guest-wide, kernel included, over the same SECS-4 s:
+# perf-TARGET-NAME.txt by command, object and symbol, and
+# perf-TARGET-NAME-children.txt by symbol with its callees' share,
+# perf-TARGET-NAME-comm.txt by command, and perf-TARGET-NAME.script.gz
+# (perf script: every sample with its call chain).
 . /gosrp/suite/guest/lib.sh
 command -v srptd-verbs >/dev/null || skip "srptd-verbs not built"
 ulimit -l unlimited
@@ -51,8 +57,26 @@ job() {
 	fio --name="$t-$name" "${common[@]}" --runtime="$SECS" --time_based \
 		--output-format=normal,terse --terse-version=3 "$@" >"$RUN/fio-$t-$name.txt" 2>&1 &
 	pid=$!
+	sleep 2
+	local perfpid=
+	if command -v perf >/dev/null; then
+		perf record -a -g -F 499 -e cpu-clock -o "/tmp/perf-$t-$name.data" -- sleep $((SECS - 4)) \
+			>"$RUN/perf-$t-$name.log" 2>&1 &
+		perfpid=$!
+		# system calls and context switches: srptd's, the whole guest's
+		if [ "$t" = srptd ]; then
+			local ev=context-switches,raw_syscalls:sys_enter s
+			for s in clock_gettime nanosleep clock_nanosleep epoll_pwait futex write read ioctl sched_yield; do
+				ev=$ev,syscalls:sys_enter_$s
+			done
+			perf stat -e "$ev" -p $SRPTD_PID -- sleep $((SECS - 4)) >"$RUN/perf-$t-$name-stat.txt" 2>&1 &
+			perf stat --per-thread -e context-switches -p $SRPTD_PID -- sleep $((SECS - 4)) \
+				>"$RUN/perf-$t-$name-stat-threads.txt" 2>&1 &
+		fi
+		perf stat -a -e context-switches,raw_syscalls:sys_enter -- sleep $((SECS - 4)) \
+			>"$RUN/perf-$t-$name-stat-all.txt" 2>&1 &
+	fi
 	if [ "$t" = srptd ]; then
-		sleep 2
 		if exec 3<>/dev/tcp/127.0.0.1/6060; then
 			printf 'GET /debug/pprof/profile?seconds=%d HTTP/1.0\r\nHost: x\r\n\r\n' $((SECS - 4)) >&3
 			cat <&3 >"$RUN/srptd-verbs-$name.http"
@@ -60,6 +84,19 @@ job() {
 		fi
 	fi
 	wait $pid || fail "fio $t-$name"
+	if [ -n "$perfpid" ]; then
+		wait $perfpid
+		perf report -i "/tmp/perf-$t-$name.data" --stdio --no-children --sort comm,dso,sym \
+			-g none --percent-limit 0.3 >"$RUN/perf-$t-$name.txt" 2>&1
+		perf report -i "/tmp/perf-$t-$name.data" --stdio --children --sort sym \
+			-g none --percent-limit 1 >"$RUN/perf-$t-$name-children.txt" 2>&1
+		perf report -i "/tmp/perf-$t-$name.data" --stdio --sort comm \
+			-g none >"$RUN/perf-$t-$name-comm.txt" 2>&1
+		# every sample with its call chain, for reports of one's own
+		perf script -i "/tmp/perf-$t-$name.data" -F comm,tid,time,ip,sym,dso 2>/dev/null |
+			gzip -1 >"$RUN/perf-$t-$name.script.gz"
+		rm -f "/tmp/perf-$t-$name.data"
+	fi
 	b1=$(busy); p1=$(pcpu $SRPTD_PID)
 	# terse v3: fields 8 and 9 read IOPS and runtime (ms), 49 and 50 the
 	# same of writes
