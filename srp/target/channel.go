@@ -699,6 +699,8 @@ func (c *channel) release() {
 func (c *channel) handle(ev event) {
 	switch {
 	case ev.comps != nil:
+		c.stats.polls.Add(1)
+		c.stats.completions.Add(uint64(len(ev.comps)))
 		for i := range ev.comps {
 			c.onCompletion(&ev.comps[i])
 		}

@@ -46,8 +46,8 @@ PKGS=(
 	fio sg3-utils libiscsi-bin lsscsi e2fsprogs tcpdump
 	multipath-tools
 )
-# shellcheck disable=SC2206
-PKGS+=(${GOSRP_INTEROP_EXTRA_PKGS:-})
+read -ra extra <<<"${GOSRP_INTEROP_EXTRA_PKGS:-}"
+PKGS+=("${extra[@]}")
 # Kernel modules for the guest (their dependencies come along).
 MODULES=(
 	virtio_pci 9p 9pnet_virtio configfs overlay ext4 dummy loop

@@ -7,21 +7,29 @@
 // =linux-perf; docs/INTEROP.md), so that the figures in
 // docs/PERFORMANCE.md can be made again from a run of one's own.
 //
-// usage: go run ./test/interop/perfsplit -ios N [-secs 12] [-profiled 8] [-hz 499] FILE
+// usage: go run ./test/interop/perfsplit -ios N [-secs 12] [-cpus 2] FILE
 //
-// -ios is the job's I/O count (verbs-profile logs it), -secs the job's
-// length and -profiled how long perf sampled (verbs-profile: SECS and
-// SECS-4), -hz perf's sampling rate per CPU. One sample stands for 1/hz s
-// of one CPU; a category's time per I/O is its samples / hz / (I/Os in the
-// sampled window).
+// -ios is the job's I/O count and -secs its length (verbs-profile logs
+// both), -cpus the guest's CPUs. The samples are a cpu-clock profile of
+// every CPU, so each category's share of them is its share of the
+// guest's CPU time; the capacity per I/O is cpus / IOPS, in µs
+// cpus × 10⁶ × secs / ios, and a category's µs per I/O is its share of
+// that. (Shares rather than samples ÷ rate: an emulated guest loses
+// timer ticks, 451-468 of 499 per CPU-second in the runs of
+// docs/PERFORMANCE.md, and not equally in every run.)
+//
+// FILE is perf script output (-F comm,tid,time,ip,sym,dso, with call
+// chains), plain or gzip-compressed.
 package main
 
 import (
 	"bufio"
 	"compress/gzip"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -40,14 +48,21 @@ func readSamples(r io.Reader) ([]sample, error) {
 	var cur *sample
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	line := 0
 	for sc.Scan() {
+		line++
 		l := sc.Text()
 		switch {
 		case strings.TrimSpace(l) == "":
 			cur = nil
 		case l[0] != ' ' && l[0] != '\t':
+			// "srptd-verbs   179    22.511144: " (a command name may
+			// hold spaces: the last two fields are the thread and time)
 			f := strings.Fields(l)
-			out = append(out, sample{comm: f[0]})
+			if len(f) < 3 || !strings.HasSuffix(f[len(f)-1], ":") {
+				return nil, fmt.Errorf("line %d: not a perf script sample header: %.60q", line, l)
+			}
+			out = append(out, sample{comm: strings.Join(f[:len(f)-2], " ")})
 			cur = &out[len(out)-1]
 		case cur != nil:
 			// "ffffffff81a592eb native_safe_halt ([kernel.kallsyms])"
@@ -61,7 +76,10 @@ func readSamples(r io.Reader) ([]sample, error) {
 			}
 		}
 	}
-	return out, sc.Err()
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("after line %d: %w", line, err)
+	}
+	return out, nil
 }
 
 func has(frames []string, pred func(string) bool) bool {
@@ -103,59 +121,83 @@ func category(s sample) string {
 	return base + ", other"
 }
 
-func main() {
-	ios := flag.Float64("ios", 0, "I/Os the job completed")
-	secs := flag.Float64("secs", 12, "length of the job, seconds")
-	profiled := flag.Float64("profiled", 8, "seconds perf sampled")
-	hz := flag.Float64("hz", 499, "perf's sampling frequency per CPU")
-	flag.Parse()
-	if flag.NArg() != 1 || *ios <= 0 || *secs <= 0 || *profiled <= 0 || *hz <= 0 {
-		fmt.Fprintln(os.Stderr, "usage: perfsplit -ios N [-secs 12] [-profiled 8] [-hz 499] perf-TARGET-JOB.script.gz")
-		os.Exit(2)
-	}
-	f, err := os.Open(flag.Arg(0))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "perfsplit:", err)
-		os.Exit(1)
-	}
-	defer f.Close()
-	var r io.Reader = f
-	if strings.HasSuffix(flag.Arg(0), ".gz") {
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "perfsplit:", err)
-			os.Exit(1)
-		}
-		r = zr
-	}
-	ss, err := readSamples(r)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "perfsplit:", err)
-		os.Exit(1)
-	}
-	if len(ss) == 0 {
-		fmt.Fprintln(os.Stderr, "perfsplit: no samples")
-		os.Exit(1)
-	}
-	// µs of one CPU per sample, over the I/Os of the sampled window.
-	perIO := 1e6 / *hz / (*ios / *secs * *profiled)
+type row struct {
+	cat string
+	us  float64 // guest CPU per I/O, µs
+}
+
+// split gives each category its share of cpus × 10⁶ / iops µs, largest
+// first (ties by name).
+func split(ss []sample, iops, cpus float64) []row {
 	cats := map[string]int{}
 	for _, s := range ss {
 		cats[category(s)]++
 	}
-	keys := make([]string, 0, len(cats))
-	for k := range cats {
-		keys = append(keys, k)
+	out := make([]row, 0, len(cats))
+	for k, n := range cats {
+		out = append(out, row{k, float64(n) / float64(len(ss)) * cpus * 1e6 / iops})
 	}
-	sort.Slice(keys, func(i, j int) bool { return cats[keys[i]] > cats[keys[j]] })
-	fmt.Printf("%d samples, %.0f I/Os per second: guest CPU per I/O, µs\n", len(ss), *ios / *secs)
-	total := 0.0
-	for _, k := range keys {
-		v := float64(cats[k]) * perIO
-		total += v
-		if v >= 0.5 {
-			fmt.Printf("%8.1f  %s\n", v, k)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].us != out[j].us {
+			return out[i].us > out[j].us
+		}
+		return out[i].cat < out[j].cat
+	})
+	return out
+}
+
+// positive reports whether x is a finite number above 0.
+func positive(x float64) bool { return x > 0 && !math.IsInf(x, 0) }
+
+func fail(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "perfsplit: "+format+"\n", a...)
+	os.Exit(1)
+}
+
+func main() {
+	ios := flag.Float64("ios", 0, "I/Os the job completed")
+	secs := flag.Float64("secs", 12, "length of the job, seconds")
+	cpus := flag.Float64("cpus", 2, "the guest's CPUs")
+	flag.Parse()
+	if flag.NArg() != 1 || !positive(*ios) || !positive(*secs) || !positive(*cpus) {
+		fmt.Fprintln(os.Stderr, "usage: perfsplit -ios N [-secs 12] [-cpus 2] perf-TARGET-JOB.script[.gz]")
+		fmt.Fprintln(os.Stderr, "  (-ios, -secs and -cpus must be finite numbers above 0)")
+		os.Exit(2)
+	}
+	name := flag.Arg(0)
+	f, err := os.Open(name)
+	if err != nil {
+		fail("%v", err)
+	}
+	defer f.Close()
+	br := bufio.NewReader(f)
+	var r io.Reader = br
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			fail("%s: %v", name, err)
+		}
+		r = zr
+	}
+	ss, err := readSamples(r)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		fail("%s: %v (a truncated gzip file?)", name, err)
+	} else if err != nil {
+		fail("%s: %v", name, err)
+	}
+	frames := 0
+	for _, s := range ss {
+		frames += len(s.frames)
+	}
+	if len(ss) == 0 || frames == 0 {
+		fail("%s: no samples with call chains (perf script output of a perf record -g?)", name)
+	}
+	iops := *ios / *secs
+	fmt.Printf("%d samples, %.0f I/Os per second, %.0f CPUs: guest CPU per I/O, µs\n", len(ss), iops, *cpus)
+	for _, r := range split(ss, iops, *cpus) {
+		if r.us >= 0.5 {
+			fmt.Printf("%8.1f  %s\n", r.us, r.cat)
 		}
 	}
-	fmt.Printf("%8.1f  all (both CPUs, idle included)\n", total)
+	fmt.Printf("%8.1f  all (%.0f CPUs × 10⁶ / IOPS; idle included)\n", *cpus*1e6/iops, *cpus)
 }

@@ -47,3 +47,35 @@ func TestCategories(t *testing.T) {
 		t.Errorf("frames of sample 1: %q", f)
 	}
 }
+
+// TestSplit: four samples over two CPUs at 1000 I/Os per second are
+// 2000 µs of guest CPU per I/O, a quarter of it each.
+func TestSplit(t *testing.T) {
+	ss, err := readSamples(strings.NewReader(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := split(ss, 1000, 2)
+	want := []string{"Go sysmon", "clock reads (ksoftirqd)", "idle", "rxe (srptd-verbs)"}
+	if len(rows) != len(want) {
+		t.Fatalf("rows %+v", rows)
+	}
+	for i, r := range rows {
+		if r.cat != want[i] || r.us != 500 {
+			t.Errorf("row %d: %+v, want %s 500 µs", i, r, want[i])
+		}
+	}
+}
+
+func TestReadSamplesRejectsOtherText(t *testing.T) {
+	for _, in := range []string{"hello world\n\tffff f (x)\n", "\x1f\x8b\x08garbage\n"} {
+		if ss, err := readSamples(strings.NewReader(in)); err == nil {
+			t.Errorf("%q: no error, samples %+v", in, ss)
+		}
+	}
+	// A command name with a space in it.
+	ss, err := readSamples(strings.NewReader("Web Content  12  1.5: \n\tffff foo ([kernel.kallsyms])\n"))
+	if err != nil || len(ss) != 1 || ss[0].comm != "Web Content" || len(ss[0].frames) != 1 || ss[0].frames[0] != "foo" {
+		t.Errorf("samples %+v, err %v", ss, err)
+	}
+}

@@ -12,7 +12,10 @@
 # perf-TARGET-NAME.txt by command, object and symbol, and
 # perf-TARGET-NAME-children.txt by symbol with its callees' share,
 # perf-TARGET-NAME-comm.txt by command, and perf-TARGET-NAME.script.gz
-# (perf script: every sample with its call chain).
+# (perf script: every sample with its call chain; test/interop/perfsplit
+# reads it). srptd's jobs also count its system calls by kind and its
+# context switches per thread (perf stat): with the Go profile, that
+# instrumentation costs srptd more than LIO, whose jobs get neither.
 . /gosrp/suite/guest/lib.sh
 command -v srptd-verbs >/dev/null || skip "srptd-verbs not built"
 ulimit -l unlimited
@@ -58,7 +61,7 @@ job() {
 		--output-format=normal,terse --terse-version=3 "$@" >"$RUN/fio-$t-$name.txt" 2>&1 &
 	pid=$!
 	sleep 2
-	local perfpid=
+	local perfpid='' statpids=()
 	if command -v perf >/dev/null; then
 		perf record -a -g -F 499 -e cpu-clock -o "/tmp/perf-$t-$name.data" -- sleep $((SECS - 4)) \
 			>"$RUN/perf-$t-$name.log" 2>&1 &
@@ -70,11 +73,14 @@ job() {
 				ev=$ev,syscalls:sys_enter_$s
 			done
 			perf stat -e "$ev" -p $SRPTD_PID -- sleep $((SECS - 4)) >"$RUN/perf-$t-$name-stat.txt" 2>&1 &
+			statpids+=($!)
 			perf stat --per-thread -e context-switches -p $SRPTD_PID -- sleep $((SECS - 4)) \
 				>"$RUN/perf-$t-$name-stat-threads.txt" 2>&1 &
+			statpids+=($!)
 		fi
 		perf stat -a -e context-switches,raw_syscalls:sys_enter -- sleep $((SECS - 4)) \
 			>"$RUN/perf-$t-$name-stat-all.txt" 2>&1 &
+		statpids+=($!)
 	fi
 	if [ "$t" = srptd ]; then
 		if exec 3<>/dev/tcp/127.0.0.1/6060; then
@@ -84,8 +90,17 @@ job() {
 		fi
 	fi
 	wait $pid || fail "fio $t-$name"
+	# CPU over the job only: perf's reports below take seconds of their own
+	b1=$(busy); p1=$(pcpu $SRPTD_PID)
+	local sp
+	for sp in "${statpids[@]}"; do
+		wait "$sp" || log "perf stat of $t $name failed (see perf-$t-$name-stat*.txt)"
+	done
+	if [ -n "$perfpid" ] && ! wait $perfpid; then
+		log "perf record of $t $name failed: $(tail -c 300 "$RUN/perf-$t-$name.log")"
+		perfpid=
+	fi
 	if [ -n "$perfpid" ]; then
-		wait $perfpid
 		perf report -i "/tmp/perf-$t-$name.data" --stdio --no-children --sort comm,dso,sym \
 			-g none --percent-limit 0.3 >"$RUN/perf-$t-$name.txt" 2>&1
 		perf report -i "/tmp/perf-$t-$name.data" --stdio --children --sort sym \
@@ -93,11 +108,10 @@ job() {
 		perf report -i "/tmp/perf-$t-$name.data" --stdio --sort comm \
 			-g none >"$RUN/perf-$t-$name-comm.txt" 2>&1
 		# every sample with its call chain, for reports of one's own
-		perf script -i "/tmp/perf-$t-$name.data" -F comm,tid,time,ip,sym,dso 2>/dev/null |
+		perf script -i "/tmp/perf-$t-$name.data" -F comm,tid,time,ip,sym,dso 2>"$RUN/perf-$t-$name-script.log" |
 			gzip -1 >"$RUN/perf-$t-$name.script.gz"
 		rm -f "/tmp/perf-$t-$name.data"
 	fi
-	b1=$(busy); p1=$(pcpu $SRPTD_PID)
 	# terse v3: fields 8 and 9 read IOPS and runtime (ms), 49 and 50 the
 	# same of writes
 	ios=$(grep '^3;' "$RUN/fio-$t-$name.txt" | tail -1 | awk -F';' '{printf "%d", $8 * $9 / 1000 + $49 * $50 / 1000}')
