@@ -487,13 +487,8 @@ func (c *channel) connDown(err error) {
 func (c *channel) pollNow() {
 	for !c.pollDone {
 		n, err := c.cqn.TryPoll(c.compBuf)
-		for i := range n {
-			c.onCompletion(&c.compBuf[i])
-		}
 		if n > 0 {
-			c.stats.polls.Add(1)
-			c.stats.completions.Add(uint64(n))
-			c.pump()
+			c.onCompletions(c.compBuf[:n])
 		}
 		if err != nil {
 			c.pollDone = true
@@ -506,6 +501,17 @@ func (c *channel) pollNow() {
 			return
 		}
 	}
+}
+
+// onCompletions handles the completions one poll found (at least one) and
+// posts the work they queued.
+func (c *channel) onCompletions(comps []rdma.Completion) {
+	c.stats.polls.Add(1)
+	c.stats.completions.Add(uint64(len(comps)))
+	for i := range comps {
+		c.onCompletion(&comps[i])
+	}
+	c.pump()
 }
 
 // startPoller runs a goroutine that waits in Poll and hands completions
@@ -699,13 +705,8 @@ func (c *channel) release() {
 func (c *channel) handle(ev event) {
 	switch {
 	case ev.comps != nil:
-		c.stats.polls.Add(1)
-		c.stats.completions.Add(uint64(len(ev.comps)))
-		for i := range ev.comps {
-			c.onCompletion(&ev.comps[i])
-		}
+		c.onCompletions(ev.comps)
 		c.compFree <- ev.comps[:cap(ev.comps)]
-		c.pump()
 	case ev.pollDone:
 		c.pollDone = true
 		if c.state < stateDraining {
