@@ -31,6 +31,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -82,15 +83,6 @@ func readSamples(r io.Reader) ([]sample, error) {
 	return out, nil
 }
 
-func has(frames []string, pred func(string) bool) bool {
-	for _, f := range frames {
-		if pred(f) {
-			return true
-		}
-	}
-	return false
-}
-
 func prefix(p ...string) func(string) bool {
 	return func(s string) bool {
 		for _, x := range p {
@@ -107,15 +99,15 @@ func prefix(p ...string) func(string) bool {
 func category(s sample) string {
 	base, _, _ := strings.Cut(s.comm, "/") // ksoftirqd/0 -> ksoftirqd
 	switch {
-	case s.comm == "swapper" && has(s.frames, prefix("native_safe_halt", "default_idle", "cpu_idle_poll")):
+	case s.comm == "swapper" && slices.ContainsFunc(s.frames, prefix("native_safe_halt", "default_idle", "cpu_idle_poll")):
 		return "idle"
-	case has(s.frames, prefix("rxe_")):
+	case slices.ContainsFunc(s.frames, prefix("rxe_")):
 		return "rxe (" + base + ")"
-	case has(s.frames, prefix("runtime.sysmon")):
+	case slices.ContainsFunc(s.frames, prefix("runtime.sysmon")):
 		return "Go sysmon"
-	case has(s.frames, prefix("read_hpet", "__vdso_clock_gettime", "runtime.nanotime")):
+	case slices.ContainsFunc(s.frames, prefix("read_hpet", "__vdso_clock_gettime", "runtime.nanotime")):
 		return "clock reads (" + base + ")"
-	case has(s.frames, prefix("__schedule", "finish_task_switch")):
+	case slices.ContainsFunc(s.frames, prefix("__schedule", "finish_task_switch")):
 		return "scheduler (" + base + ")"
 	}
 	return base + ", other"

@@ -52,7 +52,7 @@ busy() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8}' /proc/stat; } # user nice 
 pcpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # job TARGET NAME FIO-ARGS...: fio runs SECS s; CPU is counted over it, the
-# profile (srptd only) over SECS-4 s of it.
+# Go profile (srptd only) and perf over SECS-4 s of it.
 job() {
 	local t=$1 name=$2 pid b0 b1 p0 p1 ios
 	shift 2
@@ -61,9 +61,9 @@ job() {
 		--output-format=normal,terse --terse-version=3 "$@" >"$RUN/fio-$t-$name.txt" 2>&1 &
 	pid=$!
 	sleep 2
-	local perfpid='' statpids=()
+	local win=$((SECS - 4)) data=/tmp/perf-$t-$name.data perfpid='' statpids=()
 	if command -v perf >/dev/null; then
-		perf record -a -g -F 499 -e cpu-clock -o "/tmp/perf-$t-$name.data" -- sleep $((SECS - 4)) \
+		perf record -a -g -F 499 -e cpu-clock -o "$data" -- sleep $win \
 			>"$RUN/perf-$t-$name.log" 2>&1 &
 		perfpid=$!
 		# system calls and context switches: srptd's, the whole guest's
@@ -72,19 +72,19 @@ job() {
 			for s in clock_gettime nanosleep clock_nanosleep epoll_pwait futex write read ioctl sched_yield; do
 				ev=$ev,syscalls:sys_enter_$s
 			done
-			perf stat -e "$ev" -p $SRPTD_PID -- sleep $((SECS - 4)) >"$RUN/perf-$t-$name-stat.txt" 2>&1 &
+			perf stat -e "$ev" -p $SRPTD_PID -- sleep $win >"$RUN/perf-$t-$name-stat.txt" 2>&1 &
 			statpids+=($!)
-			perf stat --per-thread -e context-switches -p $SRPTD_PID -- sleep $((SECS - 4)) \
+			perf stat --per-thread -e context-switches -p $SRPTD_PID -- sleep $win \
 				>"$RUN/perf-$t-$name-stat-threads.txt" 2>&1 &
 			statpids+=($!)
 		fi
-		perf stat -a -e context-switches,raw_syscalls:sys_enter -- sleep $((SECS - 4)) \
+		perf stat -a -e context-switches,raw_syscalls:sys_enter -- sleep $win \
 			>"$RUN/perf-$t-$name-stat-all.txt" 2>&1 &
 		statpids+=($!)
 	fi
 	if [ "$t" = srptd ]; then
 		if exec 3<>/dev/tcp/127.0.0.1/6060; then
-			printf 'GET /debug/pprof/profile?seconds=%d HTTP/1.0\r\nHost: x\r\n\r\n' $((SECS - 4)) >&3
+			printf 'GET /debug/pprof/profile?seconds=%d HTTP/1.0\r\nHost: x\r\n\r\n' $win >&3
 			cat <&3 >"$RUN/srptd-verbs-$name.http"
 			exec 3<&-
 		fi
@@ -101,16 +101,16 @@ job() {
 		perfpid=
 	fi
 	if [ -n "$perfpid" ]; then
-		perf report -i "/tmp/perf-$t-$name.data" --stdio --no-children --sort comm,dso,sym \
+		perf report -i "$data" --stdio --no-children --sort comm,dso,sym \
 			-g none --percent-limit 0.3 >"$RUN/perf-$t-$name.txt" 2>&1
-		perf report -i "/tmp/perf-$t-$name.data" --stdio --children --sort sym \
+		perf report -i "$data" --stdio --children --sort sym \
 			-g none --percent-limit 1 >"$RUN/perf-$t-$name-children.txt" 2>&1
-		perf report -i "/tmp/perf-$t-$name.data" --stdio --sort comm \
+		perf report -i "$data" --stdio --sort comm \
 			-g none >"$RUN/perf-$t-$name-comm.txt" 2>&1
 		# every sample with its call chain, for reports of one's own
-		perf script -i "/tmp/perf-$t-$name.data" -F comm,tid,time,ip,sym,dso 2>"$RUN/perf-$t-$name-script.log" |
+		perf script -i "$data" -F comm,tid,time,ip,sym,dso 2>"$RUN/perf-$t-$name-script.log" |
 			gzip -1 >"$RUN/perf-$t-$name.script.gz"
-		rm -f "/tmp/perf-$t-$name.data"
+		rm -f "$data"
 	fi
 	# terse v3: fields 8 and 9 read IOPS and runtime (ms), 49 and 50 the
 	# same of writes
